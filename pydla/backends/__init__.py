@@ -1,0 +1,1 @@
+"""Execution backends behind one small interface (``pydla.backends.base``)."""

@@ -1,0 +1,130 @@
+"""CPU backend: binds every layer of a program to a kernel over one activation arena."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pydla.backends.base import LayerSpec, RunFn, TensorSpec
+from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
+from pydla.backends.cpu.fused import with_epilogue
+from pydla.backends.cpu.registry import KERNELS
+from pydla.dtypes import DType, to_compute, to_storage
+from pydla.errors import KernelError, LoadableError, PydlaError
+from pydla.loadable.program import LayerInfo, Program
+
+_HALF = (DType.FLOAT16, DType.BFLOAT16)
+
+
+def _widen(spec: TensorSpec | None) -> TensorSpec | None:
+    if spec is not None and spec.dtype in _HALF:
+        return TensorSpec(spec.shape, DType.FLOAT32)
+    return spec
+
+
+def bind_layer(spec: LayerSpec) -> RunFn:
+    """Bind one layer; half-precision layers compute in float32 and round their outputs;
+    a layer with an epilogue runs it after its own kernel."""
+    if spec.op not in KERNELS:
+        raise KernelError(spec.name, spec.op, "no CPU kernel for this op")
+    if "epilogue" in spec.attrs:
+        return with_epilogue(spec, _bind_plain)
+    return _bind_plain(spec)
+
+
+def _bind_plain(spec: LayerSpec) -> RunFn:
+    binder = KERNELS[spec.op]
+    half_in = [s is not None and s.dtype in _HALF for s in spec.inputs]
+    half_out = [s.dtype in _HALF for s in spec.outputs]
+    if not any(half_in) and not any(half_out):
+        return binder(spec)
+    wide = LayerSpec(spec.name, spec.op, spec.attrs, tuple(_widen(s) for s in spec.inputs),
+                     tuple(_widen(s) for s in spec.outputs), spec.tactic)
+    inner = binder(wide)
+    in_types = [s.dtype if s is not None else None for s in spec.inputs]
+    out_types = [s.dtype for s in spec.outputs]
+
+    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+        xs = [to_compute(x, t) if h and x is not None else x
+              for x, t, h in zip(inputs, in_types, half_in)]
+        ys = [np.empty(o.shape, np.float32) if h else o for o, h in zip(outputs, half_out)]
+        inner(xs, ys)
+        for o, y, t, h in zip(outputs, ys, out_types, half_out):
+            if h:
+                np.copyto(o, to_storage(y, t))
+
+    return run
+
+
+def _spec(program: Program, layer: LayerInfo) -> LayerSpec:
+    ts = program.tensors
+    return LayerSpec(
+        name=layer.name, op=layer.op, attrs=layer.attrs,
+        inputs=tuple(None if i < 0 else TensorSpec(ts[i].shape, ts[i].dtype)
+                     for i in layer.inputs),
+        outputs=tuple(TensorSpec(ts[i].shape, ts[i].dtype) for i in layer.outputs),
+        tactic=layer.tactic)
+
+
+class CpuProgram:
+    """A program bound to CPU kernels: arena views and kernel arguments fixed once."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        # 64-byte aligned arena (extra bytes let us slide the start to an aligned address).
+        try:
+            raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
+        except MemoryError:
+            raise LoadableError(0, f"cannot allocate the {program.arena_bytes}-byte activation "
+                                "arena") from None
+        start = (-raw.ctypes.data) % 64
+        self.arena = raw[start:start + program.arena_bytes]
+        self.views: list[np.ndarray] = []
+        for t in program.tensors:
+            if t.kind == "weight":
+                self.views.append(program.weight(t))
+            else:
+                buf = self.arena[t.offset:t.offset + t.nbytes]
+                self.views.append(buf.view(t.dtype.np).reshape(t.shape))
+        self.steps: list[tuple[RunFn, list[np.ndarray | None], list[np.ndarray]]] = []
+        for layer in program.layers:
+            try:
+                run = bind_layer(_spec(program, layer))
+            except PydlaError as e:
+                raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): {e}") from e
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): bad attributes "
+                                    f"({type(e).__name__}: {e})") from e
+            ins = [None if i < 0 else self.views[i] for i in layer.inputs]
+            outs = [self.views[i] for i in layer.outputs]
+            self.steps.append((run, ins, outs))
+        self.input_views = [self.views[io.tensor] for io in program.inputs]
+        self.output_views = [self.views[io.tensor] for io in program.outputs]
+        self.layer_times: list[tuple[int, int]] | None = None
+
+    def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        for view, x in zip(self.input_views, inputs):
+            np.copyto(view, x, casting="unsafe")
+        self.run_layers()
+        for view, y in zip(self.output_views, outputs):
+            np.copyto(y, view, casting="unsafe")
+
+    def run_layers(self) -> None:
+        for (run, ins, outs), layer in zip(self.steps, self.program.layers):
+            try:
+                run(ins, outs)
+            except PydlaError:
+                raise
+            except Exception as e:  # a kernel bug or a numeric failure: name the layer
+                raise KernelError(layer.name, layer.op, f"{type(e).__name__}: {e}") from e
+
+
+class CpuBackend:
+    name = "cpu"
+
+    def supported_ops(self) -> frozenset[str]:
+        return frozenset(KERNELS)
+
+    def bind(self, program: Program) -> CpuProgram:
+        return CpuProgram(program)

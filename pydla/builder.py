@@ -1,0 +1,75 @@
+"""The builder: ONNX model → IR → passes → plan → loadable bytes (needs onnx)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from pydla.errors import ModelImportError
+from pydla.frontend.onnx import import_model
+from pydla.ir import Graph
+from pydla.loadable import write_loadable
+from pydla.passes import PassContext, PassManager, default_passes
+from pydla.plan.lower import IOFormat, lower
+
+
+@dataclass
+class BuildOptions:
+    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    # Values fixed at build time for parameter-like inputs (shape tensors).
+    input_values: Mapping[str, np.ndarray] = field(default_factory=dict)
+    input_formats: Sequence[IOFormat] | None = None
+    output_formats: Sequence[IOFormat] | None = None
+    dla_core: int | None = None
+    mem_pools: Mapping[str, int] = field(default_factory=dict)
+    opt_level: int = 3
+    disabled_passes: Sequence[str] = ()
+    verbose: bool = False
+    # Run the IR verifier after every pass (tests switch it on).
+    verify_passes: bool = False
+
+
+def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    try:
+        if isinstance(model, bytes):
+            return onnx.load_from_string(model)
+        return onnx.load(os.fspath(model))
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # noqa: BLE001  (protobuf raises several types)
+        raise ModelImportError(f"cannot parse ONNX model: {type(e).__name__}: {e}") from e
+
+
+def build_graph(model: onnx.ModelProto, options: BuildOptions,
+                ctx: PassContext | None = None) -> Graph:
+    """Import and optimize; the pass log lands in ``ctx``."""
+    graph = import_model(model, options.shapes, options.input_values)
+    graph.remove_dead()
+    ctx = ctx or PassContext(verbose=options.verbose)
+    manager = PassManager(default_passes(), opt_level=options.opt_level,
+                          disabled=options.disabled_passes, verify_each=options.verify_passes)
+    if options.opt_level > 0:
+        manager.run(graph, ctx)
+    return graph
+
+
+def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
+          options: BuildOptions | None = None) -> bytes:
+    """Compile ``model`` into loadable bytes."""
+    options = options or BuildOptions()
+    proto = load_model(model)
+    graph = build_graph(proto, options)
+    target: dict[str, Any] = {"backend": "cpu", "dla_core": options.dla_core,
+                              "mem_pools": dict(options.mem_pools)}
+    build_info = {"opset": graph.opset, "opt_level": options.opt_level,
+                  "shapes": {k: list(v) for k, v in options.shapes.items()}}
+    meta, weights = lower(graph, input_formats=options.input_formats,
+                          output_formats=options.output_formats, target=target, build=build_info)
+    return write_loadable(meta, weights)

@@ -1,0 +1,180 @@
+"""Memory pydla knows: the only address ranges the runtime will ever read or write.
+
+CUDA-shaped programs pass raw integer addresses around. pydla never dereferences an integer
+it has not validated: every address must fall inside a *region* of this map, and every
+access goes through a numpy view of the live Python object that owns the region, so a bad
+address is an ``InvalidAddressError``, never a segfault. Regions are
+
+- ``device``: memory pydla allocated (``cudaMalloc``, the Pythonic API's buffers); the map
+  owns it until it is freed;
+- ``host``: a caller's buffer (a numpy array passed to ``mem_register``, or the owner given
+  to a record's ``from_ptr``); the map follows the owner's lifetime;
+- ``record``: the memory of cuDLA records (``Task`` and friends) and the pointer arrays
+  their setters build, which ``submit_task`` reads back from an integer address.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import weakref
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pydla.engine.faults import InvalidAddressError, InvalidParamError
+
+DEVICE_ALIGNMENT = 64  # cudaMalloc promises at least 256 on GPUs; 64 covers every DLA rule
+DEVICE, HOST, RECORD = "device", "host", "record"
+TENSOR_KINDS = (DEVICE, HOST)
+
+
+def as_bytes(obj: Any, writable: bool = False) -> np.ndarray:
+    """A flat uint8 view of a contiguous buffer object (numpy array, bytearray, ctypes…)."""
+    try:
+        arr = np.frombuffer(obj, dtype=np.uint8)
+    except (TypeError, ValueError, BufferError) as e:
+        raise InvalidParamError(f"{type(obj).__name__} is not a contiguous buffer: {e}") from None
+    if writable and not arr.flags.writeable:
+        raise InvalidParamError(f"{type(obj).__name__} buffer is read-only")
+    return arr
+
+
+@dataclass(eq=False)
+class Region:
+    start: int
+    size: int
+    kind: str
+    owner: weakref.ref[Any] | None  # None: ``strong`` holds the buffer
+    strong: Any = None
+    # Objects that memory inside this region points to (pointer arrays of records): they
+    # must live exactly as long as the region, whatever wrapper object set them.
+    keep: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def buffer(self) -> Any:
+        return self.strong if self.owner is None else self.owner()
+
+
+class MemoryMap:
+    """Thread-safe map of known regions, looked up by address."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._regions: dict[int, Region] = {}
+        self._starts: list[tuple[int, int]] = []  # sorted (start, id(region))
+        self._max_size = 0
+
+    # -- adding and removing ---------------------------------------------------------
+    def _insert(self, region: Region) -> None:
+        with self._lock:
+            self._regions[id(region)] = region
+            bisect.insort(self._starts, (region.start, id(region)))
+            self._max_size = max(self._max_size, region.size)
+
+    def _drop(self, rid: int) -> Region | None:
+        with self._lock:
+            region = self._regions.pop(rid, None)
+            if region is not None:
+                i = bisect.bisect_left(self._starts, (region.start, rid))
+                del self._starts[i]
+        return region
+
+    def allocate(self, size: int) -> int:
+        """Zero-filled, DEVICE_ALIGNMENT-aligned memory owned by the map; returns its address."""
+        if size <= 0:
+            raise InvalidParamError(f"cannot allocate {size} bytes")
+        raw = np.zeros(size + DEVICE_ALIGNMENT, dtype=np.uint8)
+        skip = (-raw.ctypes.data) % DEVICE_ALIGNMENT
+        buf = raw[skip:skip + size]
+        self._insert(Region(buf.ctypes.data, size, DEVICE, None, buf))
+        return buf.ctypes.data
+
+    def free(self, addr: int) -> None:
+        region = self._exact(addr, DEVICE)
+        if region is None:
+            raise InvalidAddressError(f"{addr:#x} is not the start of memory pydla allocated")
+        self._drop(id(region))
+
+    def track(self, obj: Any, kind: str, lifetime: Any = None) -> Region:
+        """Make a buffer object's memory known while it lives (or while ``lifetime`` lives,
+        for owners that cannot be weakly referenced, such as bytearray)."""
+        data = as_bytes(obj)
+        if data.size == 0:
+            raise InvalidParamError("an empty buffer has no address")
+        start = data.ctypes.data
+        with self._lock:
+            for rid in self._ids_at(start):
+                r = self._regions[rid]
+                if r.kind == kind and r.size == data.size and r.buffer() is obj:
+                    return r
+        try:
+            region = Region(start, data.size, kind, weakref.ref(obj))
+            anchor = obj
+        except TypeError:
+            region = Region(start, data.size, kind, None, obj)
+            anchor = lifetime
+            if anchor is None:
+                raise InvalidParamError(f"a {type(obj).__name__} owner needs a lifetime "
+                                        "object") from None
+        self._insert(region)
+        weakref.finalize(anchor, self._drop, id(region))
+        return region
+
+    # -- lookup ----------------------------------------------------------------------
+    def _ids_at(self, start: int) -> list[int]:
+        i = bisect.bisect_left(self._starts, (start, -1))
+        out = []
+        while i < len(self._starts) and self._starts[i][0] == start:
+            out.append(self._starts[i][1])
+            i += 1
+        return out
+
+    def _exact(self, addr: int, kind: str) -> Region | None:
+        with self._lock:
+            for rid in self._ids_at(addr):
+                if self._regions[rid].kind == kind:
+                    return self._regions[rid]
+        return None
+
+    def find(self, addr: int, size: int, kinds: Collection[str] = TENSOR_KINDS) -> Region:
+        """The live region of one of ``kinds`` that holds all of [addr, addr + size)."""
+        if size <= 0:
+            raise InvalidAddressError(f"an access of {size} bytes at {addr:#x} is empty")
+        with self._lock:
+            i = bisect.bisect_right(self._starts, (addr, float("inf"))) - 1
+            while i >= 0 and self._starts[i][0] >= addr - self._max_size:
+                region = self._regions[self._starts[i][1]]
+                if (region.kind in kinds and addr + size <= region.end
+                        and region.buffer() is not None):
+                    return region
+                i -= 1
+        raise InvalidAddressError(f"[{addr:#x}, {addr + size:#x}) is not {_describe(kinds)} "
+                                  "that pydla knows")
+
+    def alive(self, region: Region) -> bool:
+        with self._lock:
+            return self._regions.get(id(region)) is region
+
+    def view(self, addr: int, size: int, kinds: Collection[str] = TENSOR_KINDS) -> np.ndarray:
+        """A uint8 view of [addr, addr + size) after validating the range."""
+        region = self.find(addr, size, kinds)
+        data = as_bytes(region.buffer())
+        off = addr - region.start
+        return data[off:off + size]
+
+    def region_of_view(self, view: np.ndarray) -> Region:
+        return self.find(view.ctypes.data, max(view.nbytes, 1), TENSOR_KINDS + (RECORD,))
+
+
+def _describe(kinds: Collection[str]) -> str:
+    names = {DEVICE: "device memory", HOST: "a registered host buffer", RECORD: "record memory"}
+    return " or ".join(names[k] for k in kinds)
+
+
+MEMORY = MemoryMap()

@@ -1,0 +1,195 @@
+"""Streams and events on the CPU device.
+
+A stream is an in-order queue of host callables run by one worker thread, so the caller
+overlaps with it. ``pydla.cudla.submit_task``, ``pydla.runtime`` and ``pydla.driver`` all
+enqueue on these same objects, found by handle in ``STREAMS``.
+
+Handle 0 is the legacy default stream: work on it runs in the caller's thread, after the
+work already queued on every blocking stream (created without the non-blocking flag), as
+CUDA's legacy stream waits for them. A failure of work on a stream is kept and reported
+once, by the next synchronize, and the stream carries on with the work after it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+
+from pydla.engine.faults import InvalidResourceError, NotReadyError
+from pydla.engine.handles import HandleTable
+
+Op = Callable[[], None]
+NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING / cudaStreamNonBlocking
+DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING / cudaEventDisableTiming
+LEGACY = 0
+
+
+class Stream:
+    def __init__(self, flags: int = 0) -> None:
+        self.blocking = not flags & NON_BLOCKING
+        self._ops: collections.deque[Op | None] = collections.deque()
+        self._cv = threading.Condition()
+        self._pending = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        self.handle = STREAMS.add(self)
+
+    def enqueue(self, op: Op) -> None:
+        with self._cv:
+            if self._closed:
+                raise InvalidResourceError(f"stream {self.handle:#x} was destroyed")
+            if self._worker is None:  # started lazily: idle streams cost no thread
+                self._worker = threading.Thread(target=self._run, daemon=True,
+                                                name=f"pydla-stream-{self.handle:#x}")
+                self._worker.start()
+            self._pending += 1
+            self._ops.append(op)
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._ops:
+                    self._cv.wait()
+                op = self._ops.popleft()
+            if op is None:
+                return
+            try:
+                op()
+            except BaseException as e:  # noqa: BLE001  (kept for the next synchronize)
+                with self._cv:
+                    if self._error is None:
+                        self._error = e
+            finally:
+                with self._cv:
+                    self._pending -= 1
+                    self._cv.notify_all()
+
+    def synchronize(self) -> BaseException | None:
+        """Wait for all queued work; return (and forget) the first failure since the last
+        synchronize, if any."""
+        with self._cv:
+            while self._pending:
+                self._cv.wait()
+            error, self._error = self._error, None
+        return error
+
+    def wait_idle(self) -> None:
+        with self._cv:
+            while self._pending:
+                self._cv.wait()
+
+    def query(self) -> bool:
+        with self._cv:
+            return self._pending == 0
+
+    def close(self) -> None:
+        """No more work is accepted; queued work still runs, then the worker exits."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            if self._worker is not None:
+                self._ops.append(None)
+                self._cv.notify_all()
+        STREAMS.remove(self.handle)
+
+
+STREAMS: HandleTable[Stream] = HandleTable("stream", InvalidResourceError)
+
+
+def get_stream(handle: int) -> Stream | None:
+    """The stream of a handle; None for the legacy stream (0)."""
+    return None if handle == LEGACY else STREAMS.get(handle)
+
+
+def drain_blocking_streams() -> None:
+    for s in STREAMS.values():
+        if s.blocking:
+            s.wait_idle()
+
+
+def run_on(handle: int, op: Op) -> None:
+    """Run ``op`` in order on a stream; on the legacy stream, run it now in this thread
+    (its exceptions propagate to the caller)."""
+    stream = get_stream(handle)
+    if stream is None:
+        drain_blocking_streams()
+        op()
+    else:
+        stream.enqueue(op)
+
+
+def synchronize(handle: int) -> BaseException | None:
+    stream = get_stream(handle)
+    if stream is None:
+        drain_blocking_streams()
+        return None
+    return stream.synchronize()
+
+
+def synchronize_all() -> BaseException | None:
+    errors = [s.synchronize() for s in STREAMS.values()]
+    return next((e for e in errors if e is not None), None)
+
+
+class _Mark:
+    """One recording of an event: set when the stream reaches it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.time_ns = 0
+
+    def fire(self) -> None:
+        self.time_ns = time.perf_counter_ns()
+        self.done.set()
+
+
+class Event:
+    def __init__(self, flags: int = 0) -> None:
+        self.flags = flags
+        self._mark: _Mark | None = None
+        self._lock = threading.Lock()
+        self.handle = EVENTS.add(self)
+
+    def record(self, stream: int) -> None:
+        mark = _Mark()
+        with self._lock:
+            self._mark = mark
+        run_on(stream, mark.fire)
+
+    def _current(self) -> _Mark | None:
+        with self._lock:
+            return self._mark
+
+    def query(self) -> bool:
+        mark = self._current()
+        return mark is None or mark.done.is_set()
+
+    def synchronize(self, timeout: float | None = None) -> bool:
+        mark = self._current()
+        return mark is None or mark.done.wait(timeout)
+
+    def make_wait(self) -> Op:
+        """An op that blocks its stream until the current recording has fired."""
+        mark = self._current()
+        return (lambda: None) if mark is None else (lambda: mark.done.wait() and None)
+
+    def elapsed_ms(self, end: Event) -> float:
+        if (self.flags | end.flags) & DISABLE_TIMING:
+            raise InvalidResourceError("an event of the pair was created without timing")
+        a, b = self._current(), end._current()
+        if a is None or b is None:
+            raise InvalidResourceError("elapsed time needs two recorded events")
+        if not (a.done.is_set() and b.done.is_set()):
+            raise NotReadyError("an event of the pair has not completed")
+        return (b.time_ns - a.time_ns) / 1e6
+
+    def close(self) -> None:
+        EVENTS.remove(self.handle)
+
+
+EVENTS: HandleTable[Event] = HandleTable("event", InvalidResourceError)

@@ -1,0 +1,1 @@
+"""Frontends: model formats → pydla IR."""

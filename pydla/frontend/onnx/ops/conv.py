@@ -1,0 +1,134 @@
+"""Importers of the convolutions: Conv, ConvInteger, ConvTranspose.
+
+``auto_pad`` is resolved here (every shape is fixed), so the canonical ops carry explicit
+``pads`` = [begin…, end…] together with ``strides``, ``dilations`` and ``group``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydla.frontend.onnx.importer import ImportContext, OnnxNode
+from pydla.frontend.onnx.registry import onnx_op
+from pydla.ir import Value
+
+
+def same_pads(in_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+              dilations: Sequence[int], upper: bool) -> list[int]:
+    """SAME padding (output = ceil(in / stride)); the odd pixel goes at the end if ``upper``."""
+    begin, end = [], []
+    for i, k, s, d in zip(in_sizes, kernel, strides, dilations):
+        out = -(-i // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - i)
+        small = total // 2
+        begin.append(small if upper else total - small)
+        end.append(total - small if upper else small)
+    return begin + end
+
+
+def window_attrs(ctx: ImportContext, attrs: Mapping[str, Any], in_sizes: Sequence[int],
+                 kernel: Sequence[int]) -> dict[str, list[int]]:
+    """strides, dilations and explicit pads of a sliding-window op, auto_pad resolved."""
+    nd = len(kernel)
+    strides = list(attrs.get("strides") or [1] * nd)
+    dilations = list(attrs.get("dilations") or [1] * nd)
+    pads = list(attrs.get("pads") or [0] * (2 * nd))
+    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        raise ctx.error(f"strides {strides}, dilations {dilations} or pads {pads} do not fit "
+                        f"a {nd}-D window")
+    if any(v < 1 for v in strides + dilations) or any(p < 0 for p in pads):
+        raise ctx.error(f"invalid strides {strides}, dilations {dilations} or pads {pads}")
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = same_pads(in_sizes, kernel, strides, dilations, auto_pad == "SAME_UPPER")
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * nd)
+    elif auto_pad != "NOTSET":
+        raise ctx.error(f"unknown auto_pad {auto_pad!r}")
+    return {"strides": strides, "dilations": dilations, "pads": pads}
+
+
+def _kernel_shape(ctx: ImportContext, attrs: Mapping[str, Any], w: Value) -> list[int]:
+    kernel = list(w.shape[2:])
+    given = attrs.get("kernel_shape")
+    if given is not None and list(given) != kernel:
+        raise ctx.error(f"kernel_shape {list(given)} disagrees with the weight shape {w.shape}")
+    return kernel
+
+
+def _data_inputs(ctx: ImportContext, node: OnnxNode) -> tuple[Value, Value]:
+    x, w = node.input(0), node.input(1)
+    if x is None or w is None:
+        raise ctx.error("X and W are required")
+    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ctx.error(f"X {x.shape} and W {w.shape} are not N-D images of the same rank")
+    return x, w
+
+
+@onnx_op("Conv")
+def import_conv(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    x, w = _data_inputs(ctx, node)
+    a = node.attrs_with_defaults()
+    attrs = window_attrs(ctx, a, x.shape[2:], _kernel_shape(ctx, a, w))
+    attrs["group"] = int(a.get("group", 1))
+    return ctx.emit("Conv", [x, w, node.input(2)], attrs)
+
+
+@onnx_op("ConvInteger", since=10)
+def import_conv_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    x, w = _data_inputs(ctx, node)
+    x_zp = node.input(2)
+    if x_zp is not None and x_zp.size != 1:
+        raise ctx.error("x_zero_point must be a scalar (per-tensor quantization)")
+    a = node.attrs_with_defaults()
+    attrs = window_attrs(ctx, a, x.shape[2:], _kernel_shape(ctx, a, w))
+    attrs["group"] = int(a.get("group", 1))
+    return ctx.emit("ConvInteger", [x, w, x_zp, node.input(3)], attrs)
+
+
+@onnx_op("ConvTranspose")
+def import_conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    x, w = _data_inputs(ctx, node)
+    a = node.attrs_with_defaults()
+    kernel = _kernel_shape(ctx, a, w)
+    nd = len(kernel)
+    group = int(a.get("group", 1))
+    in_sizes = x.shape[2:]
+    auto_pad = a.get("auto_pad", "NOTSET")
+    plain = dict(a)
+    plain.pop("auto_pad", None)  # ConvTranspose's SAME padding works backwards, below
+    attrs = window_attrs(ctx, plain, in_sizes, kernel)
+    strides, dilations = attrs["strides"], attrs["dilations"]
+    out_pad = list(a.get("output_padding") or [0] * nd)
+    if len(out_pad) != nd:
+        raise ctx.error(f"output_padding {out_pad} does not fit a {nd}-D kernel")
+    natural = [s * (i - 1) + op + (k - 1) * d + 1
+               for i, s, op, k, d in zip(in_sizes, strides, out_pad, kernel, dilations)]
+    target = a.get("output_shape")
+    if target is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = [i * s for i, s in zip(in_sizes, strides)]
+    if target is not None:
+        out = list(target)[-nd:]
+        if len(out) != nd:
+            raise ctx.error(f"output_shape {list(target)} does not fit a {nd}-D kernel")
+        # ONNX: the odd pixel of total padding is cut at the end for SAME_UPPER, else first.
+        begin, end = [], []
+        for nat, o in zip(natural, out):
+            total = max(0, nat - o)
+            small = total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else total - small)
+            end.append(total - small if auto_pad == "SAME_UPPER" else small)
+        attrs["pads"] = begin + end
+    else:
+        if auto_pad == "VALID":
+            attrs["pads"] = [0] * (2 * nd)
+        elif auto_pad != "NOTSET":
+            raise ctx.error(f"unknown auto_pad {auto_pad!r}")
+        pads = attrs["pads"]
+        out = [nat - pads[i] - pads[i + nd] for i, nat in enumerate(natural)]
+    if any(o < 1 for o in out):
+        raise ctx.error(f"output spatial shape {out} is empty")
+    attrs["group"] = group
+    shape = (x.shape[0], w.shape[1] * group, *out)
+    return ctx.emit("ConvTranspose", [x, w, node.input(2)], attrs, out_types=[(shape, x.dtype)])

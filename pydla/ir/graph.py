@@ -1,0 +1,149 @@
+"""Graph, Node and Value: every tensor has a fixed shape and a dtype.
+
+Nodes use pydla's canonical op set: ONNX op names whose build-time parameter inputs (shapes,
+axes, pads, …) have been folded into attributes, plus fused ops the passes create. A Value
+with ``const`` set is a weight; no node produces it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pydla.dtypes import DType
+
+
+@dataclass(eq=False)
+class Value:
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    const: np.ndarray | None = None
+    producer: Node | None = field(default=None, repr=False)
+    # Storage layout of the tensor inside the engine ("linear" unless a pass chose another).
+    layout: str = "linear"
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_const else ""
+        return f"Value({kind}{self.name!r}, {self.shape}, {self.dtype.name.lower()})"
+
+
+@dataclass(eq=False)
+class Node:
+    op: str
+    name: str
+    inputs: list[Value | None]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    # ONNX node names this layer was built from (grows as passes fuse nodes).
+    fused_from: list[str] = field(default_factory=list)
+    precision: str | None = None
+    tactic: str | None = None
+
+    def __post_init__(self) -> None:
+        for out in self.outputs:
+            out.producer = self
+        if not self.fused_from:
+            self.fused_from = [self.name]
+
+    def __repr__(self) -> str:
+        ins = ", ".join("-" if v is None else v.name for v in self.inputs)
+        outs = ", ".join(v.name for v in self.outputs)
+        return f"Node({self.op} {self.name!r}: {ins} -> {outs})"
+
+
+class Graph:
+    """Nodes in topological order, with graph inputs and outputs."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.nodes: list[Node] = []
+        self.opset: int = 0
+        self._names: set[str] = set()
+        self._node_names: set[str] = set()
+        self._counter = itertools.count()
+
+    def unique_name(self, base: str) -> str:
+        """A tensor name not used yet in this graph."""
+        return self._unique(base or "t", self._names)
+
+    def unique_node_name(self, base: str) -> str:
+        """A layer name not used yet in this graph (layers and tensors have separate names)."""
+        return self._unique(base or "node", self._node_names)
+
+    def _unique(self, base: str, used: set[str]) -> str:
+        name = base
+        while name in used:
+            name = f"{base}_{next(self._counter)}"
+        used.add(name)
+        return name
+
+    def reserve_name(self, name: str) -> None:
+        self._names.add(name)
+
+    def add_node(self, node: Node) -> Node:
+        self.nodes.append(node)
+        return node
+
+    def constants(self) -> Iterator[Value]:
+        seen: set[int] = set()
+        for node in self.nodes:
+            for v in node.inputs:
+                if v is not None and v.is_const and id(v) not in seen:
+                    seen.add(id(v))
+                    yield v
+        for v in self.outputs:
+            if v.is_const and id(v) not in seen:
+                seen.add(id(v))
+                yield v
+
+    def consumers(self) -> dict[int, list[Node]]:
+        """Map id(value) → nodes that read it."""
+        users: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            for v in node.inputs:
+                if v is not None:
+                    users.setdefault(id(v), []).append(node)
+        return users
+
+    def replace_uses(self, old: Value, new: Value, nodes: Iterable[Node] | None = None) -> None:
+        for node in self.nodes if nodes is None else nodes:
+            node.inputs = [new if v is old else v for v in node.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def remove_dead(self) -> bool:
+        """Drop nodes whose outputs nobody reads; returns whether anything changed."""
+        live: set[int] = {id(v) for v in self.outputs}
+        kept: list[Node] = []
+        for node in reversed(self.nodes):
+            if any(id(o) in live for o in node.outputs):
+                kept.append(node)
+                live.update(id(v) for v in node.inputs if v is not None)
+        changed = len(kept) != len(self.nodes)
+        self.nodes = kept[::-1]
+        return changed
+
+    def __repr__(self) -> str:
+        lines = [f"Graph {self.name!r}"]
+        lines += [f"  input {v}" for v in self.inputs]
+        lines += [f"  {n}" for n in self.nodes]
+        lines += [f"  output {v}" for v in self.outputs]
+        return "\n".join(lines)

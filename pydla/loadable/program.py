@@ -1,0 +1,65 @@
+"""The validated contents of a loadable, as the runtime sees them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pydla.dtypes import DType
+from pydla.formats import TensorDescriptor
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    kind: str  # input | output | activation | weight
+    offset: int  # into the weights section (weight) or the activation arena (others)
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    index: int
+    name: str
+    op: str
+    inputs: tuple[int, ...]  # tensor indices, -1 for an absent optional input
+    outputs: tuple[int, ...]
+    attrs: dict[str, Any]
+    fused_from: tuple[str, ...]
+    precision: str
+    tactic: str
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    """One network input or output as the user's buffer holds it."""
+
+    tensor: int
+    format: str
+    dtype: DType  # the buffer's element type (may differ from the tensor's: a cast at the edge)
+    descriptor: TensorDescriptor
+
+
+@dataclass(frozen=True)
+class Program:
+    version: tuple[int, int]
+    producer: dict[str, Any]
+    target: dict[str, Any]
+    tensors: tuple[TensorInfo, ...]
+    layers: tuple[LayerInfo, ...]
+    inputs: tuple[IOTensor, ...]
+    outputs: tuple[IOTensor, ...]
+    arena_bytes: int
+    weights: memoryview = field(repr=False)
+    build: dict[str, Any] = field(default_factory=dict)
+
+    def weight(self, t: TensorInfo) -> np.ndarray:
+        """Zero-copy, read-only view of a weight tensor."""
+        count = int(np.prod(t.shape, dtype=np.int64))
+        arr = np.frombuffer(self.weights, dtype=t.dtype.np, count=count, offset=t.offset)
+        return arr.reshape(t.shape)

@@ -1,0 +1,336 @@
+"""The one validating reader of loadables (runtime side; numpy and the stdlib only).
+
+Every offset, size, count, dtype, op name and tensor reference is checked before anything
+is used; a malformed file raises LoadableError naming the byte offset and the reason. The
+weights stay where they are (zero-copy views of the caller's buffer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+
+from pydla import formats
+from pydla.dtypes import DType
+from pydla.errors import IncompatibleLoadableError, LoadableError
+from pydla.loadable.format import (
+    ALIGNMENT,
+    DIGEST_OFFSET,
+    DIGEST_SIZE,
+    HEADER,
+    HEADER_FIELDS,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_ARENA_BYTES,
+    MAX_DIM,
+    MAX_RANK,
+    MAX_TENSORS,
+    TENSOR_KINDS,
+    VERSION_MAJOR,
+    align,
+)
+from pydla.loadable.program import IOTensor, LayerInfo, Program, TensorInfo
+
+_MAX_ATTR_DEPTH = 6
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return MAX_ARENA_BYTES
+
+
+def _as_memoryview(data: Any) -> memoryview:
+    try:
+        mv = memoryview(data)
+    except TypeError:
+        raise LoadableError(0, f"a loadable must be a buffer, not {type(data).__name__}") from None
+    if not mv.contiguous:
+        raise LoadableError(0, "the loadable buffer is not contiguous")
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def read_loadable(data: Any, known_ops: Collection[str] | None = None) -> Program:
+    """Validate ``data`` (bytes, bytearray, memoryview, mmap, numpy uint8) into a Program.
+
+    ``known_ops`` is the op set of the backend that will run it; an unknown op is refused.
+    """
+    mv = _as_memoryview(data)
+    size = len(mv)
+    if size < HEADER_SIZE:
+        raise LoadableError(size, f"file is {size} bytes, shorter than the {HEADER_SIZE}-byte "
+                            "header")
+    (magic, major, minor, header_size, file_size, meta_offset, meta_size, weights_offset,
+     weights_size, flags, reserved) = HEADER.unpack_from(mv, 0)
+    if magic != MAGIC:
+        raise LoadableError(0, f"bad magic {bytes(magic)!r}, expected {MAGIC!r}")
+    if major > VERSION_MAJOR:
+        raise IncompatibleLoadableError(
+            HEADER_FIELDS["version_major"],
+            f"format version {major}.{minor} is newer than this runtime's {VERSION_MAJOR}.x")
+    if major != VERSION_MAJOR:
+        raise LoadableError(HEADER_FIELDS["version_major"],
+                            f"unknown format version {major}.{minor}")
+
+    def field_error(name: str, reason: str) -> LoadableError:
+        return LoadableError(HEADER_FIELDS[name], f"header field {name}: {reason}")
+
+    if header_size != HEADER_SIZE:
+        raise field_error("header_size", f"{header_size}, expected {HEADER_SIZE}")
+    if file_size != size:
+        raise field_error("file_size", f"says {file_size} bytes, the buffer holds {size}")
+    if flags != 0 or reserved != 0:
+        raise field_error("flags", f"unknown flags {flags:#x}/{reserved:#x}")
+    if meta_offset != HEADER_SIZE:
+        raise field_error("meta_offset", f"{meta_offset}, expected {HEADER_SIZE}")
+    if meta_size == 0 or meta_offset + meta_size > size:
+        raise field_error("meta_size", f"{meta_size} bytes at {meta_offset} exceed the file")
+    if weights_offset % ALIGNMENT or weights_offset < meta_offset + meta_size:
+        raise field_error("weights_offset", f"{weights_offset} is misaligned or overlaps metadata")
+    if weights_offset + weights_size != size:
+        raise field_error("weights_size", f"{weights_size} bytes at {weights_offset} do not end "
+                          f"the {size}-byte file")
+    if any(mv[DIGEST_OFFSET + DIGEST_SIZE:HEADER_SIZE]):
+        raise LoadableError(DIGEST_OFFSET + DIGEST_SIZE, "reserved header bytes are not zero")
+    h = hashlib.sha256(mv[:DIGEST_OFFSET])
+    h.update(mv[HEADER_SIZE:])
+    if h.digest() != bytes(mv[DIGEST_OFFSET:DIGEST_OFFSET + DIGEST_SIZE]):
+        raise LoadableError(DIGEST_OFFSET, "digest mismatch: the file is corrupted")
+
+    try:
+        text = bytes(mv[meta_offset:meta_offset + meta_size]).decode("utf-8")
+        meta = json.loads(text)
+    except UnicodeDecodeError as e:
+        raise LoadableError(meta_offset + e.start, "metadata is not UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise LoadableError(meta_offset + e.pos, f"metadata is not JSON: {e.msg}") from None
+    except RecursionError:
+        raise LoadableError(meta_offset, "metadata nests too deeply") from None
+    weights = mv[weights_offset:]
+    return _Validator(meta, meta_offset, weights_offset, weights, known_ops).program(major, minor)
+
+
+class _Validator:
+    def __init__(self, meta: Any, meta_offset: int, weights_offset: int, weights: memoryview,
+                 known_ops: Collection[str] | None) -> None:
+        self.meta = meta
+        self.meta_offset = meta_offset
+        self.weights_offset = weights_offset
+        self.weights = weights
+        self.known_ops = known_ops
+
+    def fail(self, path: str, reason: str, offset: int | None = None) -> LoadableError:
+        return LoadableError(self.meta_offset if offset is None else offset,
+                             f"metadata {path}: {reason}")
+
+    def get(self, obj: Any, key: str, kind: type | tuple[type, ...], path: str) -> Any:
+        if not isinstance(obj, dict) or key not in obj:
+            raise self.fail(path, f"missing field {key!r}")
+        value = obj[key]
+        if isinstance(value, bool) and kind is int:
+            raise self.fail(f"{path}.{key}", "expected an integer")
+        if not isinstance(value, kind):
+            raise self.fail(f"{path}.{key}", f"expected {getattr(kind, '__name__', kind)}, "
+                            f"got {type(value).__name__}")
+        return value
+
+    def count(self, obj: Any, key: str, path: str, limit: int = MAX_TENSORS) -> list[Any]:
+        items = self.get(obj, key, list, path)
+        if len(items) > limit:
+            raise self.fail(f"{path}.{key}", f"{len(items)} entries exceed the limit {limit}")
+        return items
+
+    def int_in(self, obj: Any, key: str, path: str, lo: int, hi: int) -> int:
+        v = self.get(obj, key, int, path)
+        if not lo <= v <= hi:
+            raise self.fail(f"{path}.{key}", f"{v} is outside [{lo}, {hi}]")
+        return v
+
+    def program(self, major: int, minor: int) -> Program:
+        meta = self.meta
+        if not isinstance(meta, dict):
+            raise self.fail("", "top level is not an object")
+        producer = self.get(meta, "producer", dict, "")
+        target = self.get(meta, "target", dict, "")
+        build = meta.get("build", {})
+        if not isinstance(build, dict):
+            raise self.fail("build", "expected an object")
+        arena = self.int_in(meta, "arena_bytes", "", 0, MAX_ARENA_BYTES)
+        tensors = tuple(self.tensor(i, t, arena)
+                        for i, t in enumerate(self.count(meta, "tensors", "")))
+        layers = tuple(self.layer(i, lay, tensors)
+                       for i, lay in enumerate(self.count(meta, "layers", "")))
+        inputs = tuple(self.io(i, e, tensors, "input")
+                       for i, e in enumerate(self.count(meta, "inputs", "")))
+        outputs = tuple(self.io(i, e, tensors, "output")
+                        for i, e in enumerate(self.count(meta, "outputs", "")))
+        ends = [t.offset + t.nbytes for t in tensors if t.kind != "weight"]
+        if arena > align(max(ends, default=0)):
+            raise self.fail("arena_bytes", f"{arena} is larger than its tensors need "
+                            f"({max(ends, default=0)})")
+        if arena > _physical_memory():
+            raise self.fail("arena_bytes", f"{arena} bytes exceed this machine's memory")
+        self.dataflow(tensors, layers, inputs, outputs)
+        self.arena_overlaps(tensors, layers, inputs)
+        return Program(version=(major, minor), producer=producer, target=target, tensors=tensors,
+                       layers=layers, inputs=inputs, outputs=outputs, arena_bytes=arena,
+                       weights=self.weights, build=build)
+
+    def tensor(self, i: int, t: Any, arena: int) -> TensorInfo:
+        path = f"tensors[{i}]"
+        name = self.get(t, "name", str, path)
+        shape_list = self.get(t, "shape", list, path)
+        if len(shape_list) > MAX_RANK:
+            raise self.fail(f"{path}.shape", f"rank {len(shape_list)} exceeds {MAX_RANK}")
+        for d in shape_list:
+            if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= MAX_DIM:
+                raise self.fail(f"{path}.shape", f"bad dimension {d!r}")
+        shape = tuple(shape_list)
+        try:
+            dtype = DType.from_name(self.get(t, "dtype", str, path))
+        except ValueError as e:
+            raise self.fail(f"{path}.dtype", str(e)) from None
+        kind = self.get(t, "kind", str, path)
+        if kind not in TENSOR_KINDS:
+            raise self.fail(f"{path}.kind", f"unknown kind {kind!r}")
+        nbytes = self.get(t, "nbytes", int, path)
+        expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if nbytes != expected:
+            raise self.fail(f"{path}.nbytes", f"{nbytes} does not match shape {shape} "
+                            f"of {dtype.name.lower()} ({expected})")
+        offset = self.get(t, "offset", int, path)
+        if offset < 0 or offset % ALIGNMENT:
+            raise self.fail(f"{path}.offset", f"{offset} is negative or not {ALIGNMENT}-aligned")
+        if kind == "weight":
+            if offset + nbytes > len(self.weights):
+                raise self.fail(path, f"weight bytes [{offset}, {offset + nbytes}) lie outside "
+                                f"the {len(self.weights)}-byte weights section",
+                                self.weights_offset + min(offset, len(self.weights)))
+        elif offset + nbytes > arena:
+            raise self.fail(path, f"arena bytes [{offset}, {offset + nbytes}) exceed "
+                            f"arena_bytes {arena}")
+        return TensorInfo(i, name, shape, dtype, kind, offset, nbytes)
+
+    def attr_value(self, v: Any, path: str, depth: int = 0) -> Any:
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            return v
+        if depth < _MAX_ATTR_DEPTH:
+            if isinstance(v, list):
+                return [self.attr_value(x, path, depth + 1) for x in v]
+            if isinstance(v, dict):
+                return {str(k): self.attr_value(x, f"{path}.{k}", depth + 1)
+                        for k, x in v.items()}
+        raise self.fail(path, f"attribute value nests deeper than {_MAX_ATTR_DEPTH} levels")
+
+    def ref(self, v: Any, n: int, path: str, optional: bool) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or not (-1 if optional else 0) <= v < n:
+            raise self.fail(path, f"tensor reference {v!r} is out of range [0, {n})")
+        return v
+
+    def layer(self, i: int, lay: Any, tensors: tuple[TensorInfo, ...]) -> LayerInfo:
+        path = f"layers[{i}]"
+        name = self.get(lay, "name", str, path)
+        op = self.get(lay, "op", str, path)
+        if self.known_ops is not None and op not in self.known_ops:
+            raise self.fail(f"{path}.op", f"unknown op {op!r} in layer {name!r}")
+        n = len(tensors)
+        ins = tuple(self.ref(v, n, f"{path}.inputs[{k}]", True)
+                    for k, v in enumerate(self.count(lay, "inputs", path, 4096)))
+        outs = tuple(self.ref(v, n, f"{path}.outputs[{k}]", False)
+                     for k, v in enumerate(self.count(lay, "outputs", path, 4096)))
+        if not outs or (ins and ins[0] < 0):
+            raise self.fail(path, f"layer {name!r} has no outputs or no first input")
+        attrs_raw = self.get(lay, "attrs", dict, path)
+        attrs = {str(k): self.attr_value(v, f"{path}.attrs.{k}") for k, v in attrs_raw.items()}
+        fused = self.get(lay, "fused_from", list, path)
+        if not all(isinstance(s, str) for s in fused):
+            raise self.fail(f"{path}.fused_from", "expected a list of strings")
+        precision = self.get(lay, "precision", str, path)
+        tactic = self.get(lay, "tactic", str, path)
+        return LayerInfo(i, name, op, ins, outs, attrs, tuple(fused), precision, tactic)
+
+    def io(self, i: int, e: Any, tensors: tuple[TensorInfo, ...], kind: str) -> IOTensor:
+        path = f"{kind}s[{i}]"
+        index = self.ref(self.get(e, "tensor", int, path), len(tensors), f"{path}.tensor", False)
+        t = tensors[index]
+        if t.kind != kind:
+            raise self.fail(f"{path}.tensor", f"tensor {t.name!r} is a {t.kind}, not an {kind}")
+        fmt = self.get(e, "format", str, path)
+        try:
+            dtype = DType.from_name(self.get(e, "dtype", str, path))
+            formats.check_format(fmt, t.shape, dtype)
+            expected = formats.describe(t.name, fmt, t.shape, dtype)
+        except ValueError as err:
+            raise self.fail(path, str(err)) from None
+        desc = self.get(e, "descriptor", dict, path)
+        stored = {k: (tuple(v) if isinstance(v, list) else v) for k, v in desc.items()}
+        if stored != expected.__dict__:
+            raise self.fail(f"{path}.descriptor", f"does not match tensor {t.name!r} "
+                            f"{t.shape} in format {fmt}")
+        return IOTensor(index, fmt, dtype, expected)
+
+    def dataflow(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...],
+                 inputs: tuple[IOTensor, ...], outputs: tuple[IOTensor, ...]) -> None:
+        defined = {t.index for t in tensors if t.kind in ("weight", "input")}
+        declared_in = [io.tensor for io in inputs]
+        if sorted(declared_in) != sorted(t.index for t in tensors if t.kind == "input"):
+            raise self.fail("inputs", "input list does not match the input tensors")
+        if len(set(declared_in)) != len(declared_in):
+            raise self.fail("inputs", "an input is listed twice")
+        declared_out = [io.tensor for io in outputs]
+        if sorted(declared_out) != sorted(t.index for t in tensors if t.kind == "output"):
+            raise self.fail("outputs", "output list does not match the output tensors")
+        if len(set(declared_out)) != len(declared_out):
+            raise self.fail("outputs", "an output is listed twice")
+        for lay in layers:
+            for k, ref in enumerate(lay.inputs):
+                if ref >= 0 and ref not in defined:
+                    raise self.fail(f"layers[{lay.index}].inputs[{k}]",
+                                    f"layer {lay.name!r} reads {tensors[ref].name!r} before "
+                                    "it is written")
+            for k, ref in enumerate(lay.outputs):
+                if ref in defined:
+                    raise self.fail(f"layers[{lay.index}].outputs[{k}]",
+                                    f"layer {lay.name!r} writes {tensors[ref].name!r}, which is "
+                                    "an input, a weight or already written")
+                defined.add(ref)
+        for t in tensors:
+            if t.index not in defined:
+                raise self.fail(f"tensors[{t.index}]", f"{t.kind} {t.name!r} is never written")
+
+    def arena_overlaps(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...],
+                       inputs: tuple[IOTensor, ...]) -> None:
+        """Two arena tensors alive at once must not share bytes."""
+        first: dict[int, int] = {io.tensor: -1 for io in inputs}
+        last: dict[int, int] = {}
+        end = len(layers)
+        for lay in layers:
+            for ref in lay.outputs:
+                first.setdefault(ref, lay.index)
+                last[ref] = max(last.get(ref, lay.index), lay.index)
+            for ref in lay.inputs:
+                if ref >= 0:
+                    last[ref] = max(last.get(ref, lay.index), lay.index)
+        for t in tensors:
+            if t.kind in ("input", "output"):
+                first[t.index] = -1
+                last[t.index] = end
+        live = sorted(((first[t.index], last.get(t.index, first[t.index]), t)
+                       for t in tensors if t.kind != "weight" and t.nbytes > 0
+                       and t.index in first), key=lambda x: (x[0], x[1], x[2].index))
+        for a in range(len(live)):
+            fa, la, ta = live[a]
+            for b in range(a + 1, len(live)):
+                fb, lb, tb = live[b]
+                if fb > la:
+                    break
+                if ta.offset < tb.offset + tb.nbytes and tb.offset < ta.offset + ta.nbytes:
+                    raise self.fail(f"tensors[{tb.index}]",
+                                    f"{tb.name!r} shares arena bytes with {ta.name!r} while both "
+                                    "are alive")

@@ -1,0 +1,51 @@
+"""Serialize a planned program into loadable bytes (builder side)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+
+from pydla.loadable.format import (
+    ALIGNMENT,
+    DIGEST_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    VERSION_MAJOR,
+    VERSION_MINOR,
+    align,
+)
+
+
+def write_loadable(meta: dict[str, Any], weights: dict[int, np.ndarray]) -> bytes:
+    """``meta`` follows docs/loadable-format.md; ``weights`` maps tensor index → data.
+
+    Weight offsets (64-byte aligned) are assigned here and written into ``meta``.
+    """
+    blobs: list[bytes] = []
+    cursor = 0
+    for index in sorted(weights):
+        data = np.ascontiguousarray(weights[index]).tobytes()
+        t = meta["tensors"][index]
+        if t["kind"] != "weight" or len(data) != t["nbytes"]:
+            raise ValueError(f"weight for tensor {index} ({t['name']}) does not match its entry")
+        t["offset"] = cursor
+        pad = align(len(data)) - len(data)
+        blobs.append(data + b"\0" * pad)
+        cursor += len(data) + pad
+    weights_blob = b"".join(blobs)
+    meta_bytes = json.dumps(meta, separators=(",", ":"), allow_nan=True).encode("utf-8")
+
+    meta_offset = HEADER_SIZE
+    weights_offset = align(meta_offset + len(meta_bytes), ALIGNMENT)
+    file_size = weights_offset + len(weights_blob)
+    head = HEADER.pack(MAGIC, VERSION_MAJOR, VERSION_MINOR, HEADER_SIZE, file_size, meta_offset,
+                       len(meta_bytes), weights_offset, len(weights_blob), 0, 0)
+    body = (meta_bytes + b"\0" * (weights_offset - meta_offset - len(meta_bytes))
+            + weights_blob)
+    digest = hashlib.sha256(head + body).digest()
+    header = head + digest + b"\0" * (HEADER_SIZE - DIGEST_OFFSET - len(digest))
+    return header + body

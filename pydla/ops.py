@@ -1,0 +1,26 @@
+"""Semantic tables of pydla's op set shared by the builder and the runtime (no imports).
+
+``POINTWISE`` ops compute each output element from the same (broadcast) element of their
+inputs, so chains of them fuse into one layer and can run in place.
+"""
+
+from __future__ import annotations
+
+UNARY_POINTWISE = frozenset({
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Ceil", "Celu", "Cos", "Cosh",
+    "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "IsInf", "IsNaN",
+    "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
+    "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
+    "ThresholdedRelu", "Swish", "Cast", "BitwiseNot",
+})
+BINARY_POINTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "PRelu", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "BitwiseAnd",
+    "BitwiseOr", "BitwiseXor",
+})
+# Variadic or ternary, still elementwise with broadcasting.
+OTHER_POINTWISE = frozenset({"Clip", "Where", "Min", "Max", "Sum", "Mean"})
+POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | OTHER_POINTWISE
+
+# Layers whose kernel accepts a pointwise epilogue after its main computation.
+EPILOGUE_HOSTS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})

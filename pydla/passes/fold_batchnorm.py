@@ -1,0 +1,142 @@
+"""Fold BatchNormalization (and per-channel Mul/Add scales) into the preceding Conv,
+ConvTranspose or Gemm by rewriting its weights and bias."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pydla.dtypes import DType, to_compute, to_storage
+from pydla.ir import Graph, Node, Value
+from pydla.passes.base import Pass, PassContext
+from pydla.passes.rewrite import Uses, forward, merge_provenance
+
+_HOSTS = ("Conv", "ConvTranspose", "Gemm")
+
+
+def _f32(v: Value) -> np.ndarray:
+    assert v.const is not None
+    return to_compute(v.const, v.dtype).astype(np.float32)
+
+
+def _channels(node: Node) -> int:
+    return node.outputs[0].shape[1]
+
+
+def _affine_of(node: Node, channels: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(scale, shift) per output channel if ``node`` is a foldable BatchNorm/Mul/Add."""
+    if node.op == "BatchNormalization" and len(node.outputs) == 1:
+        params = node.inputs[1:5]
+        if len(params) != 4 or not all(p is not None and p.is_const for p in params):
+            return None
+        scale, bias, mean, var = (_f32(p) for p in params)  # type: ignore[arg-type]
+        s = scale / np.sqrt(var + np.float32(node.attrs.get("epsilon", 1e-5)))
+        return s.astype(np.float32), (bias - mean * s).astype(np.float32)
+    if node.op in ("Mul", "Add") and len(node.inputs) == 2:
+        c = next((v for v in node.inputs if v is not None and v.is_const), None)
+        if c is None:
+            return None
+        vec = _per_channel(_f32(c), channels, node.outputs[0].shape)
+        if vec is None:
+            return None
+        if node.op == "Mul":
+            return vec, np.zeros(channels, np.float32)
+        return np.ones(channels, np.float32), vec
+    return None
+
+
+def _per_channel(c: np.ndarray, channels: int, out_shape: tuple[int, ...]) -> np.ndarray | None:
+    """A constant that broadcasts along dim 1 only, as a vector of ``channels``."""
+    if c.size == 1:
+        return np.full(channels, c.reshape(-1)[0], np.float32)
+    rank = len(out_shape)
+    if c.ndim > rank:
+        return None
+    shape = (1,) * (rank - c.ndim) + c.shape
+    if len(shape) < 2 or shape[1] != channels or any(d != 1 for i, d in enumerate(shape)
+                                                      if i != 1):
+        return None
+    return c.reshape(channels)
+
+
+class FoldBatchNorm(Pass):
+    name = "fold_batchnorm"
+    ensures = ("batchnorm_folded",)
+
+    def run(self, graph: Graph, ctx: PassContext) -> bool:
+        changed = False
+        while self._once(graph, ctx):
+            changed = True
+        return changed
+
+    def _once(self, graph: Graph, ctx: PassContext) -> bool:
+        uses = Uses(graph)
+        for host in list(graph.nodes):
+            if host.op not in _HOSTS or "epilogue" in host.attrs:
+                continue
+            w = host.inputs[1] if len(host.inputs) > 1 else None
+            if w is None or not w.is_const or not w.dtype.is_float:
+                continue
+            if host.op == "Gemm" and len(host.outputs[0].shape) != 2:
+                continue
+            nxt = uses.only_user(host.outputs[0])
+            if nxt is None or nxt.inputs[0] is not host.outputs[0] and nxt.op != "Mul" \
+                    and nxt.op != "Add":
+                continue
+            affine = _affine_of(nxt, _channels(host))
+            if affine is None or nxt.outputs[0].dtype != host.outputs[0].dtype:
+                continue
+            if not self._fold(graph, host, *affine):
+                continue
+            if forward(graph, nxt.outputs[0], host.outputs[0]):
+                graph.nodes.remove(nxt)
+                merge_provenance(host, nxt)
+                ctx.note(f"fold_batchnorm: folded {nxt.op} {nxt.name!r} into {host.op} "
+                         f"{host.name!r}")
+                return True
+        return False
+
+    @staticmethod
+    def _fold(graph: Graph, host: Node, scale: np.ndarray, shift: np.ndarray) -> bool:
+        w = host.inputs[1]
+        assert w is not None
+        wf = _f32(w)
+        cout = scale.size
+        if host.op == "Conv":
+            wf = wf * scale.reshape((cout,) + (1,) * (wf.ndim - 1))
+        elif host.op == "ConvTranspose":
+            groups = int(host.attrs.get("group", 1))
+            cin, cout_g = wf.shape[0], wf.shape[1]
+            g = wf.reshape((groups, cin // groups, cout_g) + wf.shape[2:])
+            g = g * scale.reshape((groups, 1, cout_g) + (1,) * (wf.ndim - 2))
+            wf = g.reshape(wf.shape)
+        else:  # Gemm: Y = alpha·A·B' + beta·C, channels are B' columns
+            if host.attrs.get("transB", 0):
+                wf = wf * scale[:, None]
+            else:
+                wf = wf * scale[None, :]
+        b = host.inputs[2] if len(host.inputs) > 2 else None
+        if host.op == "Gemm":
+            alpha = float(host.attrs.get("alpha", 1.0))
+            beta = float(host.attrs.get("beta", 1.0))
+            if b is not None and not b.is_const:
+                return False
+            c = np.zeros(cout, np.float32) if b is None else np.broadcast_to(
+                _f32(b) * beta, host.outputs[0].shape)
+            if b is not None and c.ndim == 2 and not np.all(c == c[:1]):
+                return False  # a per-row C cannot become a bias vector
+            bias = (c.reshape(-1, cout)[0] if b is not None else c) * scale + shift
+            wf = wf * np.float32(alpha)
+            host.attrs = {**host.attrs, "alpha": 1.0, "beta": 1.0}
+        else:
+            if b is not None and not b.is_const:
+                return False
+            base = np.zeros(cout, np.float32) if b is None else _f32(b)
+            bias = base * scale + shift
+        dt = w.dtype
+        new_w = Value(graph.unique_name(w.name + "_folded"), w.shape, dt,
+                      const=to_storage(wf.astype(np.float32), dt))
+        bdt = b.dtype if b is not None else (dt if dt.is_float else DType.FLOAT32)
+        new_b = Value(graph.unique_name(host.name + "_bias"), (cout,), bdt,
+                      const=to_storage(bias.astype(np.float32), bdt))
+        host.inputs = [host.inputs[0], new_w, new_b] + list(host.inputs[3:])
+        return True

@@ -1,0 +1,1 @@
+"""Planning: memory (lifetimes → arena offsets) and, later, tactic selection."""
