@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
 
-from pydla.errors import ModelImportError
+from pydla.errors import BuildError, ModelImportError
 from pydla.frontend.onnx import import_model
 from pydla.ir import Graph
-from pydla.loadable import write_loadable
+from pydla.loadable import read_loadable, write_loadable
 from pydla.passes import PassContext, PassManager, default_passes
 from pydla.plan.lower import IOFormat, lower
+from pydla.tools.layerinfo import layer_info
 
 
 @dataclass
@@ -30,6 +31,8 @@ class BuildOptions:
     opt_level: int = 3
     disabled_passes: Sequence[str] = ()
     verbose: bool = False
+    # Receives every build decision (pass log) when verbose is set.
+    log: Callable[[str], None] | None = None
     # Run the IR verifier after every pass (tests switch it on).
     verify_passes: bool = False
 
@@ -52,7 +55,7 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     """Import and optimize; the pass log lands in ``ctx``."""
     graph = import_model(model, options.shapes, options.input_values)
     graph.remove_dead()
-    ctx = ctx or PassContext(verbose=options.verbose)
+    ctx = ctx or PassContext(verbose=options.verbose, echo=options.log)
     manager = PassManager(default_passes(), opt_level=options.opt_level,
                           disabled=options.disabled_passes, verify_each=options.verify_passes)
     if options.opt_level > 0:
@@ -72,4 +75,12 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                   "shapes": {k: list(v) for k, v in options.shapes.items()}}
     meta, weights = lower(graph, input_formats=options.input_formats,
                           output_formats=options.output_formats, target=target, build=build_info)
-    return write_loadable(meta, weights)
+    data = write_loadable(meta, weights)
+    limit = options.mem_pools.get("workspace")
+    if limit is not None:
+        needed = layer_info(read_loadable(data))["memory"]["workspace_bytes"]
+        if needed > limit:
+            raise BuildError(f"the engine needs {needed} bytes of workspace; "
+                             f"--memPoolSize=workspace:{limit}B is too small (use at least "
+                             f"workspace:{needed}B)")
+    return data

@@ -26,6 +26,18 @@ PIXEL_MAPPING_PITCH_LINEAR = 0
 FORMATS = ("chw", "chw2", "chw4", "chw16", "chw32", "hwc", "hwc8", "hwc16", "dla_linear",
            "dla_hwc4")
 _BLOCK = {"chw2": 2, "chw4": 4, "chw16": 16, "chw32": 32}
+# Element types each format can hold (TensorRT's TensorFormat rules; chw holds every type).
+FORMAT_TYPES: dict[str, frozenset[DType]] = {
+    "chw2": frozenset({DType.FLOAT16, DType.BFLOAT16}),
+    "chw4": frozenset({DType.FLOAT16, DType.INT8}),
+    "chw16": frozenset({DType.FLOAT16}),
+    "chw32": frozenset({DType.FLOAT32, DType.INT8}),
+    "hwc": frozenset({DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.UINT8}),
+    "hwc8": frozenset({DType.FLOAT16, DType.BFLOAT16}),
+    "hwc16": frozenset({DType.FLOAT16}),
+    "dla_linear": frozenset({DType.FLOAT16, DType.INT8}),
+    "dla_hwc4": frozenset({DType.FLOAT16, DType.INT8}),
+}
 _HWC_PAD = {"hwc": 1, "hwc8": 8, "hwc16": 16}
 
 
@@ -94,6 +106,10 @@ def check_format(fmt: str, shape: tuple[int, ...], dtype: DType) -> None:
     """Raise FormatError when ``fmt`` cannot hold a tensor of this shape and type."""
     if fmt != "chw" and len(shape) != 4:
         raise FormatError(f"format {fmt} needs a 4-D tensor, the tensor has shape {shape}")
+    allowed = FORMAT_TYPES.get(fmt)
+    if allowed is not None and dtype not in allowed:
+        raise FormatError(f"format {fmt} holds only "
+                          f"{', '.join(sorted(t.short for t in allowed))}, not {dtype.short}")
     _physical(fmt, shape, dtype)
 
 

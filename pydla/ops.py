@@ -24,3 +24,10 @@ POINTWISE = UNARY_POINTWISE | BINARY_POINTWISE | OTHER_POINTWISE
 
 # Layers whose kernel accepts a pointwise epilogue after its main computation.
 EPILOGUE_HOSTS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+# Pointwise ops whose CPU kernel may write over its first input (one ufunc pass, each
+# element read before it is written); the builder runs them in place. Pinned by a test.
+INPLACE_SAFE = frozenset({
+    "Relu", "Add", "Sub", "Mul", "Div", "Abs", "Neg", "Exp", "Log", "Sqrt", "Tanh", "Sin",
+    "Cos", "Floor", "Ceil", "Reciprocal", "Sigmoid", "Clip",
+})

@@ -38,8 +38,14 @@ class LayerSpec:
 RunFn = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray]], None]
 
 
+# Called after each layer with (layer index, start ns, end ns) of time.perf_counter_ns;
+# the runtime uses it for task statistics and timeouts, and may raise to stop the run.
+LayerHook = Callable[[int, int, int], None]
+
+
 class BoundProgram(Protocol):
-    def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+    def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                on_layer: LayerHook | None = None) -> None:
         """Run once: ``inputs``/``outputs`` are linear arrays of the program's I/O tensors."""
 
 

@@ -31,6 +31,10 @@ class InvalidParamError(RuntimeFault):
     """A size, count, flag or task field that the call cannot accept."""
 
 
+class InvalidAttributeError(RuntimeFault):
+    """An attribute kind the device does not have."""
+
+
 class UnsupportedOperationError(RuntimeFault):
     """A valid request that pydla does not (or cannot) perform."""
 

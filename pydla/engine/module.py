@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from pydla import formats
-from pydla.backends.base import Backend
+from pydla.backends.base import Backend, LayerHook
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import PydlaError
 from pydla.loadable import IOTensor, Program, read_loadable
@@ -81,13 +81,15 @@ class LoadedModule:
         return [a.copy() for a in self._out_arrays]
 
     # -- raw buffers in the I/O formats ------------------------------------------------
-    def run_buffers(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        """``inputs``/``outputs`` are uint8 buffers of at least each descriptor's size_."""
+    def run_buffers(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                    on_layer: LayerHook | None = None) -> None:
+        """``inputs``/``outputs`` are uint8 buffers of at least each descriptor's size_;
+        ``on_layer`` is the backend's per-layer hook (timing, timeouts)."""
         for io, buf, dst in zip(self.program.inputs, inputs, self._in_arrays):
             t = self._tensor(io)
             src = formats.unpack(buf[:io.descriptor.size], io.format, t.shape, io.dtype)
             _convert_into(dst, src, io.dtype, t.dtype)
-        self.bound.execute(self._in_arrays, self._out_arrays)
+        self.bound.execute(self._in_arrays, self._out_arrays, on_layer)
         for io, buf, src in zip(self.program.outputs, outputs, self._out_arrays):
             t = self._tensor(io)
             logical = src if io.dtype is t.dtype else to_storage(to_compute(src, t.dtype),

@@ -20,6 +20,8 @@ class TensorInfo:
     kind: str  # input | output | activation | weight
     offset: int  # into the weights section (weight) or the activation arena (others)
     nbytes: int
+    # (parent tensor, byte offset into it, "view" | "reuse") when it shares the parent's bytes
+    alias: tuple[int, int, str] | None = None
 
 
 @dataclass(frozen=True)

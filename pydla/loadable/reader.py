@@ -177,6 +177,7 @@ class _Validator:
         if arena > _physical_memory():
             raise self.fail("arena_bytes", f"{arena} bytes exceed this machine's memory")
         self.dataflow(tensors, layers, inputs, outputs)
+        self.aliases(tensors, layers)
         self.arena_overlaps(tensors, layers, inputs)
         return Program(version=(major, minor), producer=producer, target=target, tensors=tensors,
                        layers=layers, inputs=inputs, outputs=outputs, arena_bytes=arena,
@@ -205,8 +206,17 @@ class _Validator:
             raise self.fail(f"{path}.nbytes", f"{nbytes} does not match shape {shape} "
                             f"of {dtype.name.lower()} ({expected})")
         offset = self.get(t, "offset", int, path)
-        if offset < 0 or offset % ALIGNMENT:
-            raise self.fail(f"{path}.offset", f"{offset} is negative or not {ALIGNMENT}-aligned")
+        alias = None
+        if "alias" in t:
+            a = self.get(t, "alias", dict, path)
+            kind_a = self.get(a, "kind", str, f"{path}.alias")
+            if kind_a not in ("view", "reuse") or kind not in ("activation",):
+                raise self.fail(f"{path}.alias", f"bad alias kind {kind_a!r} on a {kind}")
+            alias = (self.get(a, "tensor", int, f"{path}.alias"),
+                     self.get(a, "offset", int, f"{path}.alias"), kind_a)
+        align_to = dtype.itemsize if alias else ALIGNMENT
+        if offset < 0 or offset % align_to:
+            raise self.fail(f"{path}.offset", f"{offset} is negative or not {align_to}-aligned")
         if kind == "weight":
             if offset + nbytes > len(self.weights):
                 raise self.fail(path, f"weight bytes [{offset}, {offset + nbytes}) lie outside "
@@ -215,7 +225,7 @@ class _Validator:
         elif offset + nbytes > arena:
             raise self.fail(path, f"arena bytes [{offset}, {offset + nbytes}) exceed "
                             f"arena_bytes {arena}")
-        return TensorInfo(i, name, shape, dtype, kind, offset, nbytes)
+        return TensorInfo(i, name, shape, dtype, kind, offset, nbytes, alias)
 
     def attr_value(self, v: Any, path: str, depth: int = 0) -> Any:
         if isinstance(v, (bool, int, float, str)) or v is None:
@@ -304,12 +314,59 @@ class _Validator:
             if t.index not in defined:
                 raise self.fail(f"tensors[{t.index}]", f"{t.kind} {t.name!r} is never written")
 
+    def aliases(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...]) -> None:
+        """A tensor may share bytes with a parent only as a Concat view or an in-place reuse."""
+        writer = {ref: lay for lay in layers for ref in lay.outputs}
+        last_reader: dict[int, int] = {}
+        for lay in layers:
+            for ref in lay.inputs:
+                last_reader[ref] = lay.index
+        children: dict[int, list[TensorInfo]] = {}
+        for t in tensors:
+            if t.alias is None:
+                continue
+            path = f"tensors[{t.index}].alias"
+            p, rel, kind = t.alias
+            if not 0 <= p < len(tensors) or p == t.index or tensors[p].kind == "weight":
+                raise self.fail(path, f"bad parent tensor {p}")
+            parent = tensors[p]
+            if rel < 0 or rel + t.nbytes > parent.nbytes or t.offset != parent.offset + rel:
+                raise self.fail(path, f"{t.name!r} does not lie inside {parent.name!r}")
+            w = writer.get(p) if kind == "view" else writer.get(t.index)
+            if kind == "view":
+                ok = (w is not None and w.op == "Concat" and w.attrs.get("in_place") is True
+                      and t.index in w.inputs)
+            else:
+                ok = (w is not None and w.attrs.get("in_place") is True and w.inputs[0] == p
+                      and rel == 0 and parent.alias is None and last_reader.get(p) == w.index)
+            if not ok:
+                raise self.fail(path, f"{t.name!r} may not share the bytes of {parent.name!r}")
+            children.setdefault(p, []).append(t)
+        for p, kids in children.items():
+            if any(k.alias[2] == "reuse" for k in kids) and len(kids) > 1:  # type: ignore[index]
+                raise self.fail(f"tensors[{p}]", "a reused tensor has more than one child")
+            kids = sorted(kids, key=lambda k: k.alias[1])  # type: ignore[index]
+            for a, b in zip(kids, kids[1:]):
+                if a.alias[1] + a.nbytes > b.alias[1]:  # type: ignore[index]
+                    raise self.fail(f"tensors[{b.index}]", f"views {a.name!r} and {b.name!r} "
+                                    "overlap")
+        for t in tensors:  # alias chains end (no cycles)
+            seen, i = 0, t.index
+            while tensors[i].alias is not None:
+                i = tensors[i].alias[0]  # type: ignore[index]
+                seen += 1
+                if seen > len(tensors):
+                    raise self.fail(f"tensors[{t.index}].alias", "alias chain has a cycle")
+
     def arena_overlaps(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...],
                        inputs: tuple[IOTensor, ...]) -> None:
-        """Two arena tensors alive at once must not share bytes."""
-        first: dict[int, int] = {io.tensor: -1 for io in inputs}
-        last: dict[int, int] = {}
+        """Two buffers (alias groups) alive at once must not share bytes."""
         end = len(layers)
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for t in tensors:
+            if t.kind in ("input", "output"):
+                first[t.index], last[t.index] = -1, end
         for lay in layers:
             for ref in lay.outputs:
                 first.setdefault(ref, lay.index)
@@ -317,13 +374,22 @@ class _Validator:
             for ref in lay.inputs:
                 if ref >= 0:
                     last[ref] = max(last.get(ref, lay.index), lay.index)
+
+        def root(i: int) -> int:
+            while tensors[i].alias is not None:
+                i = tensors[i].alias[0]  # type: ignore[index]
+            return i
+
+        span: dict[int, list[int]] = {}
         for t in tensors:
-            if t.kind in ("input", "output"):
-                first[t.index] = -1
-                last[t.index] = end
-        live = sorted(((first[t.index], last.get(t.index, first[t.index]), t)
-                       for t in tensors if t.kind != "weight" and t.nbytes > 0
-                       and t.index in first), key=lambda x: (x[0], x[1], x[2].index))
+            if t.kind == "weight" or t.index not in first:
+                continue
+            r = root(t.index)
+            s = span.setdefault(r, [first[t.index], last[t.index]])
+            s[0] = min(s[0], first[t.index])
+            s[1] = max(s[1], last[t.index])
+        live = sorted(((s[0], s[1], tensors[r]) for r, s in span.items()
+                       if tensors[r].nbytes > 0), key=lambda x: (x[0], x[1], x[2].index))
         for a in range(len(live)):
             fa, la, ta = live[a]
             for b in range(a + 1, len(live)):

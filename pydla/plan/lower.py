@@ -12,6 +12,7 @@ from pydla import __version__, formats
 from pydla.dtypes import DType
 from pydla.errors import BuildError
 from pydla.ir import Graph, Node, Value
+from pydla.plan.aliasing import plan_aliases
 from pydla.plan.memory import Lifetime, plan_memory
 
 
@@ -82,6 +83,7 @@ def lower(graph: Graph, *, input_formats: Sequence[IOFormat] | None = None,
 
     for v in graph.inputs:
         add(v, "input")
+    aliases = plan_aliases(graph)
     layers = []
     for node in graph.nodes:
         ins = [-1 if v is None else add(v, "weight" if v.is_const else "activation")
@@ -103,11 +105,31 @@ def lower(graph: Graph, *, input_formats: Sequence[IOFormat] | None = None,
         for ref in lay["inputs"]:
             if ref >= 0 and tensors[ref]["kind"] == "activation":
                 last[ref] = max(last.get(ref, li), li)
+    # One buffer per alias group, alive from its first member's write to its last read.
+    parent = {index[k]: (index[id(a.parent)], a) for k, a in aliases.items()}
+
+    def root(i: int) -> tuple[int, int]:
+        rel = 0
+        while i in parent:
+            i, a = parent[i]
+            rel += a.offset
+        return i, rel
+
     arena_ids = [i for i, t in enumerate(tensors) if t["kind"] != "weight"]
-    offsets, arena = plan_memory([Lifetime(tensors[i]["nbytes"], first[i], last[i])
-                                  for i in arena_ids])
-    for i, off in zip(arena_ids, offsets):
-        tensors[i]["offset"] = off
+    roots = [i for i in arena_ids if i not in parent]
+    span = {r: [first[r], last[r]] for r in roots}
+    for i in arena_ids:
+        r, _ = root(i)
+        span[r][0] = min(span[r][0], first[i])
+        span[r][1] = max(span[r][1], last[i])
+    offsets, arena = plan_memory([Lifetime(tensors[r]["nbytes"], *span[r]) for r in roots])
+    placed = dict(zip(roots, offsets))
+    for i in arena_ids:
+        r, rel = root(i)
+        tensors[i]["offset"] = placed[r] + rel
+        if i in parent:
+            p, a = parent[i]
+            tensors[i]["alias"] = {"tensor": p, "offset": a.offset, "kind": a.kind}
 
     meta = {
         "producer": {"name": "pydla", "version": __version__},

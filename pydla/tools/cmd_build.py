@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 from pydla.tools.flags import parse_io_formats, parse_mem_pools, parse_shapes
@@ -25,11 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--outputIOFormats", help="type:format per output, in order")
     p.add_argument("--useDLACore", type=int, default=None,
                    help="DLA core the loadable is meant for (selects the virtual device)")
-    p.add_argument("--memPoolSize", help="pool:size,… (MiB unless suffixed); recorded in "
-                   "the loadable")
+    p.add_argument("--memPoolSize", help="pool:size,… (MiB unless suffixed). workspace caps "
+                   "the scratch memory of fused layers (the build fails, naming the size it "
+                   "needs, if it is too small); the DLA pools (dlaSRAM, dlaLocalDRAM, "
+                   "dlaGlobalDRAM) are recorded in the loadable and mean nothing on the CPU")
     p.add_argument("--builderOptimizationLevel", type=int, default=3, choices=range(0, 6),
                    help="0 = no optimization (for bisecting), 3 = default")
-    p.add_argument("--verbose", action="store_true", help="log every build step")
+    p.add_argument("--verbose", action="store_true",
+                   help="log every build decision (each fusion with the ONNX nodes it consumed)")
+    p.add_argument("--exportLayerInfo", help="write layer information (JSON) to this file")
+    p.add_argument("--dumpLayerInfo", action="store_true", help="print layer information")
     for flag in HARMLESS:
         p.add_argument(flag, action="store_true", help="accepted; no effect in pydla")
     p.set_defaults(func=run)
@@ -37,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pydla.builder import BuildOptions, build
+    from pydla.loadable import read_loadable
+    from pydla.tools.layerinfo import layer_info
 
     shapes, values = parse_shapes(args.shapes)
     options = BuildOptions(
@@ -44,11 +52,37 @@ def run(args: argparse.Namespace) -> int:
         input_formats=parse_io_formats(args.inputIOFormats, "--inputIOFormats"),
         output_formats=parse_io_formats(args.outputIOFormats, "--outputIOFormats"),
         dla_core=args.useDLACore, mem_pools=parse_mem_pools(args.memPoolSize),
-        opt_level=args.builderOptimizationLevel)
+        opt_level=args.builderOptimizationLevel, verbose=args.verbose,
+        log=lambda message: print(f"[pydla] [V] {message}"))
     start = time.perf_counter()
     data = build(args.onnx, options)
     with open(args.saveEngine, "wb") as f:
         f.write(data)
     print(f"[pydla] built {args.onnx} -> {args.saveEngine} ({len(data):,} bytes) in "
           f"{time.perf_counter() - start:.2f} s")
+    if args.exportLayerInfo or args.dumpLayerInfo:
+        info = layer_info(read_loadable(data))
+        if args.exportLayerInfo:
+            with open(args.exportLayerInfo, "w") as f:
+                json.dump(info, f, indent=1)
+        if args.dumpLayerInfo:
+            print(format_layer_info(info))
     return 0
+
+
+def format_layer_info(info: dict) -> str:
+    """One line per layer, as trtexec's --dumpLayerInfo prints it."""
+    lines = []
+    for lay in info["layers"]:
+        ins = ", ".join(f"{t['name']}{t['shape']}:{t['dtype']}" for t in lay["inputs"]
+                        if t and t["format"] != "weight")
+        outs = ", ".join(f"{t['name']}{t['shape']}:{t['dtype']}" for t in lay["outputs"])
+        extra = f" + {'+'.join(lay['epilogue'])}" if "epilogue" in lay else ""
+        lines.append(f"[pydla] Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
+                     f"tactic {lay['tactic']}): {ins} -> {outs}  "
+                     f"[from {', '.join(lay['fused_from'])}]")
+    m = info["memory"]
+    lines.append(f"[pydla] Memory: activations {m['activation_bytes']:,} bytes (naive "
+                 f"{m['naive_activation_bytes']:,}), weights {m['weight_bytes']:,}, workspace "
+                 f"{m['workspace_bytes']:,}")
+    return "\n".join(lines)

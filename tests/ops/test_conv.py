@@ -101,3 +101,49 @@ def test_conv_integer():
                        {"w": w, "xz": np.array(7, np.uint8), "wz": np.array(3, np.uint8)},
                        opset=10)
     check_against_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("attrs,mask,bias", [
+    ({}, False, False),
+    ({"pads": [1, 1, 1, 1], "strides": [2, 1]}, True, True),
+    ({"group": 2, "offset_group": 2, "dilations": [2, 1], "pads": [1, 0, 1, 0]}, True, False),
+])
+def test_deform_conv(attrs, mask, bias):
+    x, w = _rand(2, 4, 6, 5), _rand(4, 4 // attrs.get("group", 1), 2, 3)
+    pads, strides = attrs.get("pads", [0] * 4), attrs.get("strides", [1, 1])
+    dil = attrs.get("dilations", [1, 1])
+    out = [(n + pads[i] + pads[i + 2] - (k - 1) * d - 1) // s + 1
+           for i, (n, k, d, s) in enumerate(zip(x.shape[2:], w.shape[2:], dil, strides))]
+    og = attrs.get("offset_group", 1)
+    inits = {"w": w, "off": _rand(2, og * 2 * 6, *out) * 1.5}
+    ins = ["x", "w", "off", "b" if bias else ""]
+    if bias:
+        inits["b"] = _rand(4)
+    if mask:
+        inits["mask"] = RNG.uniform(0, 1, (2, og * 6, *out)).astype(np.float32)
+        ins.append("mask")
+    model = make_model([helper.make_node("DeformConv", ins, ["y"], **attrs)],
+                       {"x": (np.float32, x.shape)}, ["y"], inits, opset=19)
+    check_against_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("k,past,bias,activation", [
+    (3, False, False, "none"), (4, True, True, "silu"), (1, False, True, "swish"),
+])
+def test_causal_conv_with_state(k, past, bias, activation):
+    x, w = _rand(2, 3, 5), _rand(3, 1, k)
+    inits = {"w": w} | ({"b": _rand(3)} if bias else {}) | \
+        ({"past": _rand(2, 3, k - 1)} if past else {})
+    ins = ["x", "w", "b" if bias else "", "past" if past else ""]
+    outs = ["y", "state"]
+    model = make_model([helper.make_node("CausalConvWithState", ins, outs,
+                                         activation=activation)],
+                       {"x": (np.float32, x.shape)}, outs, inits, opset=27)
+    check_against_ort(model, {"x": x})
+
+
+def test_conv_batch_in_im2col_chunks(monkeypatch):
+    import pydla.backends.cpu.kernels.conv as conv_kernels
+
+    monkeypatch.setattr(conv_kernels, "IM2COL_BYTES", 2000)  # one image per chunk
+    _conv("Conv", _rand(3, 4, 6, 5), _rand(4, 2, 3, 3), _rand(4), group=2, pads=[1, 0, 1, 2])

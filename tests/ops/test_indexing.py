@@ -1,6 +1,9 @@
 """Indexing ops against onnxruntime, plus run-time index checks and build-time folding."""
 
+from collections.abc import Sequence
+
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -19,12 +22,17 @@ def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def model_of(nodes, feeds, outputs=("y",), inits=None, opset=17):  # noqa: ANN001, ANN201
+Feeds = dict[str, np.ndarray]
+
+
+def model_of(nodes: list[onnx.NodeProto], feeds: Feeds, outputs: Sequence[str] = ("y",),
+             inits: Feeds | None = None, opset: int = 17) -> onnx.ModelProto:
     inputs = {n: (a.dtype, a.shape) for n, a in feeds.items()}
     return make_model(nodes, inputs, list(outputs), inits, opset=opset)
 
 
-def check(nodes, feeds, outputs=("y",), inits=None, opset=17):  # noqa: ANN001, ANN201
+def check(nodes: list[onnx.NodeProto], feeds: Feeds, outputs: Sequence[str] = ("y",),
+          inits: Feeds | None = None, opset: int = 17) -> list[np.ndarray]:
     return check_against_ort(model_of(nodes, feeds, outputs, inits, opset), feeds)
 
 
@@ -49,8 +57,8 @@ def test_gather_embedding_weight_with_runtime_indices():
           {"i": np.array([[1, 0, 4]], np.int64)}, inits={"w": rand(5, 3)})
 
 
-def run_built(nodes, feeds, inits=None, opset=17):  # noqa: ANN001, ANN201
-    return LoadedModule(build(model_of(nodes, feeds, inits=inits, opset=opset))).run(feeds)
+def run_built(nodes: list[onnx.NodeProto], feeds: Feeds) -> list[np.ndarray]:
+    return LoadedModule(build(model_of(nodes, feeds))).run(feeds)
 
 
 @pytest.mark.parametrize("node,feeds", [

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
+from pydla.builder import build
+from pydla.errors import ModelImportError
 from tests.oracle import check_against_ort, make_model
 
 RNG = np.random.default_rng(2)
@@ -110,3 +112,13 @@ def test_lrn(size):
 def test_mean_variance_normalization(opset, axes):
     attrs = {} if axes is None else {"axes": axes}
     _check("MeanVarianceNormalization", _rand(2, 3, 4, 5), {}, opset=opset, **attrs)
+
+
+@pytest.mark.parametrize("opset,attrs,outputs", [(9, {}, ["y", "mean", "var"]),
+                                                 (15, {"training_mode": 1}, ["y"])])
+def test_batch_normalization_training_refused(opset, attrs, outputs):
+    params = _bn_params(3)
+    node = helper.make_node("BatchNormalization", ["x", *params], outputs, **attrs)
+    model = make_model([node], {"x": (np.float32, [2, 3, 2])}, ["y"], params, opset=opset)
+    with pytest.raises(ModelImportError, match="training mode"):
+        build(model)

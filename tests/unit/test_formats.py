@@ -5,14 +5,15 @@ from pydla import formats
 from pydla.dtypes import DType, bf16_to_f32, f32_to_bf16
 
 
-@pytest.mark.parametrize("fmt", ["chw", "chw2", "chw4", "chw16", "chw32", "hwc", "hwc8",
-                                 "hwc16", "dla_linear"])
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.int8])
-def test_pack_unpack_round_trip(fmt, dtype):
-    if fmt == "dla_linear" and np.dtype(dtype).itemsize not in (1, 2, 4):
-        pytest.skip()
-    x = (np.arange(2 * 19 * 3 * 5) % 100).astype(dtype).reshape(2, 19, 3, 5)
-    dt = DType.from_numpy(np.dtype(dtype))
+FORMAT_CASES = [(f, t) for f in formats.FORMATS if f != "dla_hwc4"
+                for t in sorted(formats.FORMAT_TYPES.get(f, {DType.FLOAT32, DType.INT64}))
+                if t is not DType.BFLOAT16]
+
+
+@pytest.mark.parametrize("fmt,dt", FORMAT_CASES)
+def test_pack_unpack_round_trip(fmt, dt):
+    x = (np.arange(2 * 19 * 3 * 5) % 100).astype(dt.np).reshape(2, 19, 3, 5)
+    formats.check_format(fmt, x.shape, dt)
     packed = formats.pack(x, fmt)
     desc = formats.describe("x", fmt, x.shape, dt)
     assert packed.nbytes == desc.size == formats.buffer_size(fmt, x.shape, dt)
@@ -39,6 +40,13 @@ def test_dla_linear_and_hwc4():
     np.testing.assert_array_equal(formats.unpack(p, "dla_hwc4", x.shape, DType.FLOAT16), x)
     with pytest.raises(formats.FormatError, match="channels"):
         formats.describe("x", "dla_hwc4", (1, 5, 4, 4), DType.FLOAT16)
+
+
+def test_impossible_combinations_are_refused():
+    with pytest.raises(formats.FormatError, match="chw16 holds only fp16"):
+        formats.check_format("chw16", (1, 16, 4, 4), DType.FLOAT32)
+    with pytest.raises(formats.FormatError, match="chw32"):
+        formats.check_format("chw32", (1, 16, 4, 4), DType.FLOAT16)
 
 
 def test_rank_rules():

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from pydla.backends.base import LayerSpec, RunFn, TensorSpec
+from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
 from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.registry import KERNELS
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import KernelError, LoadableError, PydlaError
 from pydla.loadable.program import LayerInfo, Program
+from pydla.ops import INPLACE_SAFE
 
 _HALF = (DType.FLOAT16, DType.BFLOAT16)
 
@@ -67,6 +69,31 @@ def _spec(program: Program, layer: LayerInfo) -> LayerSpec:
         tactic=layer.tactic)
 
 
+def _noop(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+    """A Concat whose inputs were written straight into their slices of its output."""
+
+
+def _in_place(layer: LayerInfo, run: RunFn, ins: list[np.ndarray | None],
+              outs: list[np.ndarray]) -> RunFn:
+    """Check at load time that an in-place layer's buffers really are what it assumes."""
+    if layer.op == "Concat":
+        out = outs[0]
+        axis = int(layer.attrs["axis"])
+        base = out.ctypes.data
+        offset = 0
+        inner = int(np.prod(out.shape[axis + 1:], dtype=np.int64)) * out.itemsize
+        for x in ins:
+            if x is None or x.ctypes.data != base + offset:
+                raise LoadableError(0, f"layer {layer.name!r}: an in-place Concat input is not "
+                                    "its slice of the output")
+            offset += x.shape[axis] * inner
+        return _noop
+    final = layer.attrs["program"][-1]["op"] if layer.op == "Pointwise" else layer.op
+    if final not in INPLACE_SAFE:
+        raise LoadableError(0, f"layer {layer.name!r} ({layer.op}) cannot run in place")
+    return run
+
+
 class CpuProgram:
     """A program bound to CPU kernels: arena views and kernel arguments fixed once."""
 
@@ -98,26 +125,32 @@ class CpuProgram:
                                     f"({type(e).__name__}: {e})") from e
             ins = [None if i < 0 else self.views[i] for i in layer.inputs]
             outs = [self.views[i] for i in layer.outputs]
+            if layer.attrs.get("in_place"):
+                run = _in_place(layer, run, ins, outs)
             self.steps.append((run, ins, outs))
         self.input_views = [self.views[io.tensor] for io in program.inputs]
         self.output_views = [self.views[io.tensor] for io in program.outputs]
         self.layer_times: list[tuple[int, int]] | None = None
 
-    def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+    def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                on_layer: LayerHook | None = None) -> None:
         for view, x in zip(self.input_views, inputs):
             np.copyto(view, x, casting="unsafe")
-        self.run_layers()
+        self.run_layers(on_layer)
         for view, y in zip(self.output_views, outputs):
             np.copyto(y, view, casting="unsafe")
 
-    def run_layers(self) -> None:
-        for (run, ins, outs), layer in zip(self.steps, self.program.layers):
+    def run_layers(self, on_layer: LayerHook | None = None) -> None:
+        for index, ((run, ins, outs), layer) in enumerate(zip(self.steps, self.program.layers)):
+            start = time.perf_counter_ns() if on_layer is not None else 0
             try:
                 run(ins, outs)
             except PydlaError:
                 raise
             except Exception as e:  # a kernel bug or a numeric failure: name the layer
                 raise KernelError(layer.name, layer.op, f"{type(e).__name__}: {e}") from e
+            if on_layer is not None:  # the runtime's timing and timeout hook; it may raise
+                on_layer(index, start, time.perf_counter_ns())
 
 
 class CpuBackend:

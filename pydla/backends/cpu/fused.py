@@ -118,3 +118,19 @@ def with_epilogue(spec: LayerSpec, bind_base: Any) -> RunFn:
         program([staged[0], *ins[n_own:]], outs)
 
     return run
+
+
+def scratch_bytes(attrs: Mapping[str, Any], output_nbytes: int) -> int:
+    """Scratch memory the CPU backend allocates for a layer's fused work (bytes)."""
+    from pydla.dtypes import DType as _DType
+
+    def program_bytes(program: Sequence[Mapping[str, Any]]) -> int:
+        return sum(int(np.prod(s["shape"], dtype=np.int64)) * _DType.from_name(s["dtype"]).itemsize
+                   for s in program[:-1])
+
+    total = 0
+    if "epilogue" in attrs:
+        total += output_nbytes + program_bytes(attrs["epilogue"]["program"])
+    if "program" in attrs:
+        total += program_bytes(attrs["program"])
+    return total

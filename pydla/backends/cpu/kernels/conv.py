@@ -1,9 +1,11 @@
-"""CPU kernels of the convolutions: Conv, ConvInteger and ConvTranspose.
+"""CPU kernels of the convolutions: Conv, ConvInteger, ConvTranspose, DeformConv and
+CausalConvWithState.
 
 Conv is im2col + one batched GEMM over every group (np.matmul hands each (N, group) slice to
-BLAS); ConvTranspose is the same GEMM followed by col2im, a scatter-add per kernel tap.
-Canonical attributes (set by the importer): ``strides``, ``dilations``, ``group`` and
-explicit ``pads`` = [begin…, end…]; the kernel shape is the weight's.
+BLAS); ConvTranspose is the same GEMM followed by col2im, a scatter-add per kernel tap;
+DeformConv builds its columns by bilinear sampling. Canonical attributes (set by the
+importer): ``strides``, ``dilations``, ``group`` and explicit ``pads`` = [begin…, end…]; the
+kernel shape is the weight's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from numpy.lib.stride_tricks import as_strided
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu.registry import kernel
 from pydla.errors import KernelError
+
+# Bound on one im2col buffer; a batch is split into chunks of images to stay under it.
+IM2COL_BYTES = 1 << 26
 
 
 def pad_spatial(x: np.ndarray, begin: Sequence[int], end: Sequence[int],
@@ -49,58 +54,80 @@ def windows(xp: np.ndarray, kernel_shape: Sequence[int], strides: Sequence[int],
     return as_strided(xp, shape, st, writeable=False)
 
 
-def _geometry(spec: LayerSpec) -> tuple[list[int], list[int], list[int], list[int], int]:
-    nd = len(spec.outputs[0].shape) - 2
-    a = spec.attrs
-    strides = list(a.get("strides") or [1] * nd)
-    dilations = list(a.get("dilations") or [1] * nd)
-    pads = list(a.get("pads") or [0] * (2 * nd))
-    return strides, dilations, pads[:nd], pads[nd:], int(a.get("group", 1))
+class _Geometry:
+    """One convolution layer's shapes and window attributes, checked against each other."""
+
+    def __init__(self, spec: LayerSpec, transposed: bool = False) -> None:
+        x, w = spec.inputs[0], spec.inputs[1]
+        y = spec.outputs[0]
+        if x is None or w is None or len(x.shape) != len(y.shape) or len(w.shape) != len(y.shape):
+            raise KernelError(spec.name, spec.op, "needs X and W of the output's rank")
+        nd = len(y.shape) - 2
+        a = spec.attrs
+        self.strides = [int(v) for v in a.get("strides") or [1] * nd]
+        self.dilations = [int(v) for v in a.get("dilations") or [1] * nd]
+        pads = [int(v) for v in a.get("pads") or [0] * (2 * nd)]
+        self.begin, self.end = pads[:nd], pads[nd:]
+        self.group = int(a.get("group", 1))
+        self.kernel = list(w.shape[2:])
+        self.batch, self.channels = x.shape[:2]
+        self.in_sizes, self.out_sizes = list(x.shape[2:]), list(y.shape[2:])
+        if transposed:
+            ok = (w.shape[0] == self.channels and y.shape[1] == w.shape[1] * self.group
+                  and self.channels % self.group == 0)
+        else:
+            natural = [(i + b + e - (k - 1) * d - 1) // s + 1 for i, b, e, k, d, s in zip(
+                self.in_sizes, self.begin, self.end, self.kernel, self.dilations, self.strides)]
+            ok = (self.channels == w.shape[1] * self.group and w.shape[0] == y.shape[1]
+                  and y.shape[1] % self.group == 0 and natural == self.out_sizes)
+        ok = ok and y.shape[0] == self.batch and len(pads) == 2 * nd and \
+            len(self.strides) == nd and len(self.dilations) == nd and \
+            min(self.strides + self.dilations + [self.group]) >= 1 and min(pads + [0]) >= 0
+        if not ok:
+            raise KernelError(spec.name, spec.op, f"X {x.shape}, W {w.shape}, output {y.shape} "
+                              f"and attributes {dict(a)} do not agree")
+        self.bias_shape = (y.shape[1],) + (1,) * nd
 
 
-def _conv_into(spec: LayerSpec, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
+def _conv_into(g: _Geometry, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
     """y (N, M, *out) = conv(x, w) without bias; x and w already in the compute type."""
-    strides, dilations, begin, end, group = _geometry(spec)
     n, c = x.shape[:2]
     m, cg = w.shape[:2]
-    if c != cg * group or m % group:
-        raise KernelError(spec.name, spec.op, f"{c} input channels, weight {w.shape} and "
-                          f"group {group} do not agree")
-    out = y.shape[2:]
-    k = int(np.prod(w.shape[2:], dtype=np.int64))
-    p = int(np.prod(out, dtype=np.int64))
-    view = windows(pad_spatial(x, begin, end), w.shape[2:], strides, dilations, out)
-    # The one im2col copy (a view when the geometry is already a GEMM, e.g. 1x1 stride 1).
-    cols = view.reshape(n, group, cg * k, p)
-    wg = w.reshape(group, m // group, cg * k)
-    np.matmul(wg, cols, out=y.reshape(n, group, m // group, p))
-
-
-def _bias_shape(spec: LayerSpec) -> tuple[int, ...]:
-    out = spec.outputs[0].shape
-    return (out[1],) + (1,) * (len(out) - 2)
+    k = int(np.prod(g.kernel, dtype=np.int64))
+    p = int(np.prod(g.out_sizes, dtype=np.int64))
+    wg = w.reshape(g.group, m // g.group, cg * k)
+    yg = y.reshape(n, g.group, m // g.group, p)
+    # Images go in chunks so that the im2col buffer stays bounded for large batches.
+    chunk = max(1, IM2COL_BYTES // max(1, c * k * p * x.itemsize))
+    for n0 in range(0, n, chunk):
+        xs = pad_spatial(x[n0:n0 + chunk], g.begin, g.end)
+        view = windows(xs, g.kernel, g.strides, g.dilations, g.out_sizes)
+        # The one im2col copy (a view when the geometry is already a GEMM, e.g. 1x1 stride 1).
+        cols = view.reshape(view.shape[0], g.group, cg * k, p)
+        np.matmul(wg, cols, out=yg[n0:n0 + chunk])
 
 
 @kernel("Conv")
 def bind_conv(spec: LayerSpec) -> RunFn:
-    bias_shape = _bias_shape(spec)
+    geo = _Geometry(spec)
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
         x, w = inputs[0], inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
         assert x is not None and w is not None
         y = outputs[0]
-        _conv_into(spec, x.astype(y.dtype, copy=False), w.astype(y.dtype, copy=False), y)
+        _conv_into(geo, x.astype(y.dtype, copy=False), w.astype(y.dtype, copy=False), y)
         if b is not None:
-            y += b.reshape(bias_shape)
+            y += b.reshape(geo.bias_shape)
 
     return run
 
 
 @kernel("ConvInteger")
 def bind_conv_integer(spec: LayerSpec) -> RunFn:
+    geo = _Geometry(spec)
     m = spec.outputs[0].shape[1]
-    nd = len(spec.outputs[0].shape) - 2
+    nd = len(geo.kernel)
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
         x, w = inputs[0], inputs[1]
@@ -116,7 +143,7 @@ def bind_conv_integer(spec: LayerSpec) -> RunFn:
             wf -= w_zp.astype(np.float64).reshape((-1,) + (1,) * (nd + 1)) if w_zp.size == m \
                 else float(w_zp.reshape(-1)[0])
         y = np.empty(outputs[0].shape, np.float64)
-        _conv_into(spec, xf, wf, y)
+        _conv_into(geo, xf, wf, y)
         np.copyto(outputs[0], np.rint(y), casting="unsafe")
 
     return run
@@ -124,8 +151,21 @@ def bind_conv_integer(spec: LayerSpec) -> RunFn:
 
 @kernel("ConvTranspose")
 def bind_conv_transpose(spec: LayerSpec) -> RunFn:
-    strides, dilations, begin, _, group = _geometry(spec)
-    bias_shape = _bias_shape(spec)
+    g = _Geometry(spec, transposed=True)
+    n, c, group = g.batch, g.channels, g.group
+    cg, mg = c // group, spec.outputs[0].shape[1] // group
+    k = int(np.prod(g.kernel, dtype=np.int64))
+    natural = [(i - 1) * s + (kk - 1) * d + 1
+               for i, s, kk, d in zip(g.in_sizes, g.strides, g.kernel, g.dilations)]
+    # The uncropped result must hold every tap and the whole output window.
+    full_shape = (n, group * mg) + tuple(max(nat, b + o) for nat, b, o in
+                                         zip(natural, g.begin, g.out_sizes))
+    every = (slice(None), slice(None))
+    # col2im: the output slice each kernel tap scatters to.
+    taps = [(tap, every + tuple(slice(t * d, t * d + (i - 1) * s + 1, s)
+                                for t, d, i, s in zip(tap, g.dilations, g.in_sizes, g.strides)))
+            for tap in np.ndindex(*g.kernel)]
+    crop = every + tuple(slice(b, b + o) for b, o in zip(g.begin, g.out_sizes))
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
         x, w = inputs[0], inputs[1]
@@ -134,32 +174,102 @@ def bind_conv_transpose(spec: LayerSpec) -> RunFn:
         y = outputs[0]
         x = x.astype(y.dtype, copy=False)
         w = w.astype(y.dtype, copy=False)
-        n, c = x.shape[:2]
-        mg = w.shape[1]
-        kshape = w.shape[2:]
-        k = int(np.prod(kshape, dtype=np.int64))
-        if c != w.shape[0] or c % group:
-            raise KernelError(spec.name, spec.op, f"{c} input channels, weight {w.shape} and "
-                              f"group {group} do not agree")
-        cg = c // group
-        ins = x.shape[2:]
         # cols[n, g, (m, taps), pixel] = W_g^T @ X_g: each input pixel's contribution.
         wt = w.reshape(group, cg, mg * k).transpose(0, 2, 1)
         cols = np.matmul(wt, x.reshape(n, group, cg, -1))
-        cols = cols.reshape((n, group * mg) + tuple(kshape) + tuple(ins))
-        out = y.shape[2:]
-        natural = [(i - 1) * s + (kk - 1) * d + 1
-                   for i, s, kk, d in zip(ins, strides, kshape, dilations)]
-        full_shape = [max(nat, bg + o) for nat, bg, o in zip(natural, begin, out)]
-        full = np.zeros((n, group * mg) + tuple(full_shape), y.dtype)
-        # col2im: one strided scatter-add per kernel tap.
-        for tap in np.ndindex(*kshape):
-            dst = tuple(slice(t * d, t * d + (i - 1) * s + 1, s)
-                        for t, d, i, s in zip(tap, dilations, ins, strides))
-            full[(slice(None), slice(None)) + dst] += cols[(slice(None), slice(None)) + tap]
-        crop = tuple(slice(bg, bg + o) for bg, o in zip(begin, out))
-        np.copyto(y, full[(slice(None), slice(None)) + crop])
+        cols = cols.reshape((n, group * mg) + tuple(g.kernel) + tuple(g.in_sizes))
+        full = np.zeros(full_shape, y.dtype)
+        for tap, dst in taps:
+            full[dst] += cols[every + tap]
+        np.copyto(y, full[crop])
         if b is not None:
-            y += b.reshape(bias_shape)
+            y += b.reshape(g.bias_shape)
+
+    return run
+
+
+@kernel("CausalConvWithState")
+def bind_causal_conv_with_state(spec: LayerSpec) -> RunFn:
+    x_spec = spec.inputs[0]
+    assert x_spec is not None
+    batch, channels, length = x_spec.shape
+    silu = spec.attrs.get("activation", "none") in ("silu", "swish")
+
+    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        past = inputs[3] if len(inputs) > 3 else None
+        assert x is not None and w is not None
+        y = outputs[0]
+        k = w.shape[2]
+        # The input with the carried (or zero) history in front: (B, C, k - 1 + L).
+        padded = np.zeros((batch, channels, k - 1 + length), y.dtype)
+        if past is not None:
+            padded[:, :, :k - 1] = past
+        padded[:, :, k - 1:] = x
+        taps = w.reshape(channels, k).astype(y.dtype, copy=False)
+        # Depthwise causal conv: one shifted slice per tap.
+        np.multiply(padded[:, :, :length], taps[:, 0:1], out=y)
+        for t in range(1, k):
+            y += padded[:, :, t:t + length] * taps[:, t:t + 1]
+        if b is not None:
+            y += b.reshape(channels, 1)
+        if silu:
+            y *= 1 / (1 + np.exp(-y))
+        if len(outputs) > 1:
+            np.copyto(outputs[1], padded[:, :, length:])
+
+    return run
+
+
+@kernel("DeformConv")
+def bind_deform_conv(spec: LayerSpec) -> RunFn:
+    x_spec, w_spec = spec.inputs[0], spec.inputs[1]
+    assert x_spec is not None and w_spec is not None
+    n, c, h, w_in = x_spec.shape
+    m, cg, kh, kw = w_spec.shape
+    oh, ow = spec.outputs[0].shape[2:]
+    a = spec.attrs
+    sh, sw = a["strides"]
+    dh, dw = a["dilations"]
+    top, left = a["pads"][:2]
+    group, og = int(a["group"]), int(a["offset_group"])
+    k, p = kh * kw, oh * ow
+    # Undeformed sampling grid per (tap, output pixel); the offsets move it per image.
+    base_y = (np.arange(kh) * dh)[:, None, None, None] + (np.arange(oh) * sh - top)[:, None]
+    base_x = (np.arange(kw) * dw)[None, :, None, None] + (np.arange(ow) * sw - left)
+    base_y = np.broadcast_to(base_y, (kh, kw, oh, ow))
+    base_x = np.broadcast_to(base_x, (kh, kw, oh, ow))
+
+    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+        x, wt, off = inputs[0], inputs[1], inputs[2]
+        b = inputs[3] if len(inputs) > 3 else None
+        mask = inputs[4] if len(inputs) > 4 else None
+        assert x is not None and wt is not None and off is not None
+        y = outputs[0]
+        ft = y.dtype
+        off = off.astype(ft, copy=False).reshape(n, og, kh, kw, 2, oh, ow)
+        sy = base_y + off[:, :, :, :, 0]
+        sx = base_x + off[:, :, :, :, 1]
+        y0, x0 = np.floor(sy), np.floor(sx)
+        ly, lx = sy - y0, sx - x0
+        y0, x0 = y0.astype(np.int64), x0.astype(np.int64)
+        planes = x.astype(ft, copy=False).reshape(n, og, 1, c // og, h * w_in)
+        scale = np.ones((), ft) if mask is None else \
+            mask.astype(ft, copy=False).reshape(n, og, kh, kw, oh, ow)
+        cols = np.zeros((n, og, c // og, k * p), ft)
+        # Bilinear sampling with zeros outside the image: four weighted corner gathers.
+        for dy, dx, wgt in ((0, 0, (1 - ly) * (1 - lx)), (0, 1, (1 - ly) * lx),
+                            (1, 0, ly * (1 - lx)), (1, 1, ly * lx)):
+            yy, xx = y0 + dy, x0 + dx
+            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w_in)
+            flat = np.where(inside, yy * w_in + xx, 0).reshape(n, og, 1, 1, k * p)
+            coef = (wgt * inside * scale).reshape(n, og, 1, k * p)
+            cols += np.take_along_axis(planes, flat, axis=-1)[:, :, 0] * coef
+        cols = cols.reshape(n, group, cg * k, p)
+        np.matmul(wt.astype(ft, copy=False).reshape(group, m // group, cg * k), cols,
+                  out=y.reshape(n, group, m // group, p))
+        if b is not None:
+            y += b.reshape(m, 1, 1)
 
     return run

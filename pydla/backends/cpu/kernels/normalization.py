@@ -35,32 +35,23 @@ def _trailing(spec: LayerSpec) -> tuple[int, ...]:
     return tuple(range(int(spec.attrs["axis"]), len(x.shape)))
 
 
-@reference("BatchNormalization")
-def batch_normalization(spec: LayerSpec,
-                        inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    x, scale, bias, mean, var = inputs[:5]
-    assert x is not None and scale is not None and bias is not None
-    assert mean is not None and var is not None
+@kernel("BatchNormalization")
+def bind_batch_normalization(spec: LayerSpec) -> RunFn:
     eps = float(spec.attrs.get("epsilon", 1e-5))
-    ft = x.dtype
+    shape = spec.outputs[0].shape
 
-    def shaped(p: np.ndarray) -> np.ndarray:
-        # (C,) per channel; opset < 9 with spatial=0 gives one value per (C, spatial…) element.
-        p = p.astype(ft, copy=False)
-        return _per_channel(p, x.shape) if p.size == x.shape[1] else p.reshape(x.shape[1:])
+    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+        x, scale, bias, mean, var = inputs[:5]
+        assert x is not None and scale is not None and bias is not None
+        assert mean is not None and var is not None
+        y = outputs[0]
+        ft = y.dtype
+        inv = scale.astype(ft, copy=False) / np.sqrt(var.astype(ft, copy=False) + ft.type(eps))
+        shift = bias.astype(ft, copy=False) - mean.astype(ft, copy=False) * inv
+        np.multiply(x, _per_channel(inv, shape), out=y)
+        y += _per_channel(shift, shape)
 
-    if spec.attrs.get("training_mode", 0):
-        axes = (0,) + tuple(range(2, x.ndim))
-        batch_mean, batch_var = _moments(x, axes)
-        inv = shaped(scale) / np.sqrt(batch_var + ft.type(eps))
-        y = (x - batch_mean) * inv + shaped(bias)
-        m = float(spec.attrs.get("momentum", 0.9))
-        running_mean = mean * m + batch_mean.reshape(-1) * (1 - m)
-        running_var = var * m + batch_var.reshape(-1) * (1 - m)
-        return [y, running_mean, running_var][:len(spec.outputs)]
-    inv = shaped(scale) / np.sqrt(shaped(var) + ft.type(eps))
-    shift = shaped(bias) - shaped(mean) * inv
-    return [x * inv + shift]
+    return run
 
 
 @kernel("InstanceNormalization")

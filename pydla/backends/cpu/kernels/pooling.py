@@ -110,8 +110,8 @@ def bind_max_pool(spec: LayerSpec) -> RunFn:
 @kernel("AveragePool")
 def bind_average_pool(spec: LayerSpec) -> RunFn:
     win = _Windows(spec)
-    count = win.count(bool(spec.attrs.get("count_include_pad", 0)))
-    scale = 1.0 / np.maximum(count, 1)
+    counted = win.count(bool(spec.attrs.get("count_include_pad", 0)))
+    count = np.maximum(counted, 1).astype(spec.outputs[0].dtype.np)
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
         x = inputs[0]
@@ -121,7 +121,7 @@ def bind_average_pool(spec: LayerSpec) -> RunFn:
         y.fill(0)
         for _, sl in win.taps:
             y += xp[sl]
-        y *= scale.astype(y.dtype)
+        y /= count
 
     return run
 

@@ -163,19 +163,22 @@ def bind_resize(spec: LayerSpec) -> RunFn:
              if (p := _axis_plan(ax, in_shape[ax], out_shape[ax], attrs)) is not None]
     dtype = spec.inputs[0].dtype.np
     interpolates = attrs["mode"] != "nearest" or any(p.outside is not None for p in plans)
-    # Integers interpolate in float64 and round half to even, saturating.
+    # Integers interpolate in float64 and saturate. Plain results are truncated, as
+    # onnxruntime does; antialiased ones are rounded half to even as in ONNX's reference
+    # (onnxruntime's fixed-point path for them can differ by one).
     integer = dtype.kind in "iu" and interpolates
     ctype = np.dtype(np.float64) if integer else dtype
     plans = [_prepare(p, len(in_shape), ctype) for p in plans]
     extrapolation = np.asarray(float(attrs["extrapolation_value"]))
     info = np.iinfo(dtype) if integer else None
+    to_integer = np.rint if attrs["antialias"] else np.trunc
 
     def run(inputs: Inputs, outputs: Outputs) -> None:
         y = inputs[0].astype(ctype, copy=False)
         for plan in plans:
             y = _apply(y, plan, extrapolation)
         if info is not None:
-            y = np.clip(np.rint(y), info.min, info.max)
+            y = np.clip(to_integer(y), info.min, info.max)
         np.copyto(outputs[0], y, casting="unsafe")
 
     return run

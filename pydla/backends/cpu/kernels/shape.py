@@ -1,8 +1,8 @@
 """CPU kernels of data movement and shape ops.
 
-Every op here moves or replicates elements without arithmetic, so each binder works out its
-index tuples once from the layer's fixed shapes and ``run`` is a single copy into the
-preallocated output (views on the output where the layout allows it).
+These ops move or replicate elements, so each binder works out its index tuples and views
+once from the layer's fixed shapes, and ``run`` only copies into the preallocated output
+(Col2Im, the one op here that adds, accumulates one strided window per kernel tap).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Importers of the convolutions: Conv, ConvInteger, ConvTranspose.
+"""Importers of the convolutions: Conv, ConvInteger, ConvTranspose, DeformConv,
+CausalConvWithState.
 
 ``auto_pad`` is resolved here (every shape is fixed), so the canonical ops carry explicit
 ``pads`` = [begin…, end…] together with ``strides``, ``dilations`` and ``group``.
@@ -132,3 +133,49 @@ def import_conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     attrs["group"] = group
     shape = (x.shape[0], w.shape[1] * group, *out)
     return ctx.emit("ConvTranspose", [x, w, node.input(2)], attrs, out_types=[(shape, x.dtype)])
+
+
+@onnx_op("CausalConvWithState", since=27)
+def import_causal_conv_with_state(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    x, w = node.input(0), node.input(1)
+    if x is None or w is None or len(x.shape) != 3 or len(w.shape) != 3:
+        raise ctx.error("input (B, C, L) and weight (C, 1, k) are required")
+    batch, channels, _ = x.shape
+    k = w.shape[2]
+    if w.shape[:2] != (channels, 1) or k < 1:
+        raise ctx.error(f"weight {w.shape} is not a depthwise (C, 1, k) kernel for {x.shape}")
+    past = node.input(3)
+    if past is not None and past.shape != (batch, channels, k - 1):
+        raise ctx.error(f"past_state {past.shape} must be {(batch, channels, k - 1)}")
+    activation = str(node.attr("activation", "none"))
+    if activation not in ("none", "silu", "swish"):
+        raise ctx.error(f"unknown activation {activation!r}")
+    types = [(x.shape, x.dtype), ((batch, channels, k - 1), x.dtype)]
+    return ctx.emit("CausalConvWithState", [x, w, node.input(2), past],
+                    {"activation": activation}, out_types=types[:len(node.output_names)])
+
+
+@onnx_op("DeformConv", since=19)
+def import_deform_conv(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    x, w = _data_inputs(ctx, node)
+    offset = node.input(2)
+    if len(x.shape) != 4:
+        raise ctx.error("only 2-D DeformConv is supported")
+    if offset is None:
+        raise ctx.error("offset is required")
+    a = node.attrs_with_defaults()
+    kernel = _kernel_shape(ctx, a, w)
+    attrs: dict[str, Any] = window_attrs(ctx, a, x.shape[2:], kernel)
+    attrs["group"] = int(a.get("group", 1))
+    attrs["offset_group"] = int(a.get("offset_group", 1))
+    k = kernel[0] * kernel[1]
+    pads, strides, dilations = attrs["pads"], attrs["strides"], attrs["dilations"]
+    out = [(i + pads[d] + pads[d + 2] - (kernel[d] - 1) * dilations[d] - 1) // strides[d] + 1
+           for d, i in enumerate(x.shape[2:])]
+    if x.shape[1] % attrs["offset_group"] or x.shape[1] != w.shape[1] * attrs["group"] or \
+            offset.shape != (x.shape[0], 2 * attrs["offset_group"] * k, *out):
+        raise ctx.error(f"X {x.shape}, W {w.shape}, offset {offset.shape} and the attributes "
+                        "do not agree")
+    shape = (x.shape[0], w.shape[0], *out)
+    return ctx.emit("DeformConv", [x, w, offset, node.input(3), node.input(4)], attrs,
+                    out_types=[(shape, x.dtype)])

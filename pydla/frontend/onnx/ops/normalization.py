@@ -2,12 +2,15 @@
 LayerNormalization, GroupNormalization, RMSNormalization, LpNormalization, LRN,
 MeanVarianceNormalization.
 
-Axes are normalised to non-negative values; BatchNormalization keeps only ``epsilon`` (plus
-``training_mode``/``momentum`` when the model asks for batch statistics).
+Axes are normalised to non-negative values. BatchNormalization is the inference form with
+per-channel parameters and ``epsilon``; training mode is refused.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from pydla.dtypes import to_compute, to_storage
 from pydla.frontend.onnx.importer import ImportContext, OnnxNode
 from pydla.frontend.onnx.ops.common import passthrough
 from pydla.frontend.onnx.registry import onnx_op
@@ -39,19 +42,31 @@ def import_batch_normalization(ctx: ImportContext, node: OnnxNode) -> list[Value
     x = _x(ctx, node, 2)
     params = _params(ctx, node, 4)
     a = node.attrs_with_defaults()
-    attrs: dict[str, float | int] = {"epsilon": float(a.get("epsilon", 1e-5))}
-    wanted = [n for n in node.output_names if n]
-    if node.opset >= 14 and int(a.get("training_mode", 0)):
-        # Normalise with the batch's statistics and update the running ones.
-        mean, var = params[2], params[3]
-        attrs.update(training_mode=1, momentum=float(a.get("momentum", 0.9)))
-        types = [(x.shape, x.dtype), (mean.shape, mean.dtype), (var.shape, var.dtype)]
-        return ctx.emit("BatchNormalization", [x, *params], attrs,
-                        out_types=types[:len(node.output_names)])
-    if len(wanted) > 1:
-        raise ctx.error("the mean/variance outputs of BatchNormalization exist only in "
-                        "training mode, which inference does not run")
-    return ctx.emit("BatchNormalization", [x, *params], attrs, num_outputs=1)
+    eps = float(a.get("epsilon", 1e-5))
+    training = node.opset >= 14 and int(a.get("training_mode", 0))
+    if training or len([n for n in node.output_names if n]) > 1:
+        raise ctx.error("BatchNormalization in training mode (batch statistics, running "
+                        "mean/variance outputs) is not supported for inference")
+    if all(p.size == x.shape[1] for p in params):
+        return ctx.emit("BatchNormalization", [x, *params], {"epsilon": eps},
+                        out_types=[(x.shape, x.dtype)])
+    return _batch_norm_per_element(ctx, x, params, eps)
+
+
+def _batch_norm_per_element(ctx: ImportContext, x: Value, params: list[Value],
+                            eps: float) -> list[Value]:
+    """Opset < 9 with spatial=0: one statistic per (C, spatial…) element, as Mul + Add."""
+    s, b, m, v = (to_compute(ctx.const_value(p, "BatchNormalization parameters"),
+                             p.dtype).astype(np.float64) for p in params)
+    if any(arr.size != int(np.prod(x.shape[1:])) for arr in (s, b, m, v)):
+        raise ctx.error(f"parameters {[p.shape for p in params]} fit neither the channels nor "
+                        f"the per-element (spatial=0) layout of X {x.shape}")
+    inv = s / np.sqrt(v + eps)
+    scale = ctx.const(to_storage(inv.reshape(x.shape[1:]), x.dtype), x.dtype, "bn_scale")
+    shift = ctx.const(to_storage((b - m * inv).reshape(x.shape[1:]), x.dtype), x.dtype,
+                      "bn_shift")
+    scaled = ctx.emit("Mul", [x, scale], {}, out_types=[(x.shape, x.dtype)])
+    return ctx.emit("Add", [scaled[0], shift], {}, out_types=[(x.shape, x.dtype)])
 
 
 @onnx_op("LayerNormalization", since=17)

@@ -128,7 +128,7 @@ def import_flatten(ctx: ImportContext, node: OnnxNode) -> list[Value]:
 def import_squeeze(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     x = data_input(ctx, node)
     axes = axes_param(ctx, node, 1, since=13)
-    if axes is None:
+    if not axes:  # absent or empty (as onnxruntime reads it): every size-1 axis
         axes = [i for i, d in enumerate(x.shape) if d == 1]
     axes = sorted(norm_axes(ctx, axes, len(x.shape)))
     bad = [a for a in axes if x.shape[a] != 1]

@@ -1,0 +1,283 @@
+"""``cuda.bindings.driver`` for the CPU device: the subset cuDLA programs use.
+
+Calls return tuples whose first element is a ``CUresult`` (``err, stream =
+cuStreamCreate(0)``); a failed call returns None for its values. Streams and events are the
+same objects ``pydla.runtime`` and ``pydla.cudla.submit_task`` use. As in CUDA, every call
+but ``cuInit`` and the error-name lookups needs ``cuInit(0)`` first.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+from pydla.engine import faults, hostcuda
+from pydla.engine.device import DEVICE_COUNT
+from pydla.engine.stream import EVENTS, STREAMS, Event, Stream, synchronize
+from pydla.engine.stream import NON_BLOCKING as _NON_BLOCKING
+
+
+class CUresult(IntEnum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_INVALID_VALUE = 1
+    CUDA_ERROR_OUT_OF_MEMORY = 2
+    CUDA_ERROR_NOT_INITIALIZED = 3
+    CUDA_ERROR_DEINITIALIZED = 4
+    CUDA_ERROR_NO_DEVICE = 100
+    CUDA_ERROR_INVALID_DEVICE = 101
+    CUDA_ERROR_INVALID_CONTEXT = 201
+    CUDA_ERROR_INVALID_HANDLE = 400
+    CUDA_ERROR_NOT_FOUND = 500
+    CUDA_ERROR_NOT_READY = 600
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700
+    CUDA_ERROR_LAUNCH_TIMEOUT = 702
+    CUDA_ERROR_LAUNCH_FAILED = 719
+    CUDA_ERROR_NOT_PERMITTED = 800
+    CUDA_ERROR_NOT_SUPPORTED = 801
+    CUDA_ERROR_EXTERNAL_DEVICE = 911
+    CUDA_ERROR_UNKNOWN = 999
+
+
+class CUstream_flags(IntEnum):  # noqa: N801  (CUDA's name)
+    CU_STREAM_DEFAULT = 0
+    CU_STREAM_NON_BLOCKING = 1
+
+
+class CUevent_flags(IntEnum):  # noqa: N801
+    CU_EVENT_DEFAULT = 0
+    CU_EVENT_BLOCKING_SYNC = 1
+    CU_EVENT_DISABLE_TIMING = 2
+    CU_EVENT_INTERPROCESS = 4
+
+
+class _Handle:
+    """An opaque CUDA handle: ``int(h)`` is its value, as in cuda-bindings."""
+
+    def __init__(self, init_value: int = 0) -> None:
+        self._value = int(init_value)
+
+    def __int__(self) -> int:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and int(other) == self._value  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._value))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._value:#x}>"
+
+
+class CUstream(_Handle):
+    pass
+
+
+class CUevent(_Handle):
+    pass
+
+
+class CUdeviceptr(_Handle):
+    pass
+
+
+class CUdevice(_Handle):
+    def __repr__(self) -> str:
+        return f"<CUdevice {self._value}>"
+
+
+_ERROR_OF = hostcuda.first_match((
+    (faults.NotInitializedError, CUresult.CUDA_ERROR_NOT_INITIALIZED),
+    (faults.InvalidResourceError, CUresult.CUDA_ERROR_INVALID_HANDLE),
+    (faults.InvalidDeviceError, CUresult.CUDA_ERROR_INVALID_DEVICE),
+    (faults.NotReadyError, CUresult.CUDA_ERROR_NOT_READY),
+    (faults.InvalidAddressError, CUresult.CUDA_ERROR_INVALID_VALUE),
+    (faults.InvalidParamError, CUresult.CUDA_ERROR_INVALID_VALUE),
+    (faults.MemcpyDirectionError, CUresult.CUDA_ERROR_INVALID_VALUE),
+    (MemoryError, CUresult.CUDA_ERROR_OUT_OF_MEMORY),
+    (faults.TaskTimeoutError, CUresult.CUDA_ERROR_LAUNCH_TIMEOUT),
+), CUresult.CUDA_ERROR_LAUNCH_FAILED)  # anything else came from work on a stream
+
+
+def _api(values: int = 0) -> Any:  # noqa: ANN401
+    return hostcuda.cuda_api(_ERROR_OF, CUresult.CUDA_SUCCESS, values)
+
+
+_initialized = False
+
+
+def _need_init() -> None:
+    if not _initialized:
+        raise faults.NotInitializedError("call cuInit(0) first")
+
+
+@_api()
+def cuInit(Flags: int) -> None:  # noqa: N802, N803  (CUDA's names)
+    global _initialized
+    if int(Flags) != 0:
+        raise faults.InvalidParamError("cuInit flags must be 0")
+    _initialized = True
+
+
+@_api(values=1)
+def cuDriverGetVersion() -> int:  # noqa: N802
+    return 13000
+
+
+@_api(values=1)
+def cuDeviceGetCount() -> int:  # noqa: N802
+    _need_init()
+    return DEVICE_COUNT
+
+
+@_api(values=1)
+def cuDeviceGet(ordinal: int) -> CUdevice:  # noqa: N802
+    _need_init()
+    if not 0 <= int(ordinal) < DEVICE_COUNT:
+        raise faults.InvalidDeviceError(f"device {ordinal} does not exist")
+    return CUdevice(ordinal)
+
+
+@_api(values=1)
+def cuStreamCreate(Flags: int) -> CUstream:  # noqa: N802, N803
+    _need_init()
+    if int(Flags) & ~_NON_BLOCKING:
+        raise faults.InvalidParamError(f"unknown stream flags {Flags}")
+    return CUstream(Stream(int(Flags)).handle)
+
+
+@_api()
+def cuStreamDestroy(hStream: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    STREAMS.get(hostcuda.stream_handle(hStream)).close()
+
+
+@_api()
+def cuStreamSynchronize(hStream: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    error = synchronize(hostcuda.stream_handle(hStream))
+    if error is not None:
+        raise error
+
+
+@_api()
+def cuStreamQuery(hStream: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    handle = hostcuda.stream_handle(hStream)
+    if handle and not STREAMS.get(handle).query():
+        raise faults.NotReadyError("the stream has work in flight")
+
+
+@_api()
+def cuStreamWaitEvent(hStream: Any, hEvent: Any, Flags: int) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    wait = EVENTS.get(int(hEvent)).make_wait()
+    handle = hostcuda.stream_handle(hStream)
+    if handle:
+        STREAMS.get(handle).enqueue(wait)
+    else:
+        wait()
+
+
+@_api(values=1)
+def cuEventCreate(Flags: int) -> CUevent:  # noqa: N802, N803
+    _need_init()
+    return CUevent(Event(int(Flags)).handle)
+
+
+@_api()
+def cuEventRecord(hEvent: Any, hStream: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    EVENTS.get(int(hEvent)).record(hostcuda.stream_handle(hStream))
+
+
+@_api()
+def cuEventSynchronize(hEvent: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    EVENTS.get(int(hEvent)).synchronize()
+
+
+@_api()
+def cuEventQuery(hEvent: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    if not EVENTS.get(int(hEvent)).query():
+        raise faults.NotReadyError("the event has not completed")
+
+
+@_api()
+def cuEventDestroy(hEvent: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    EVENTS.get(int(hEvent)).close()
+
+
+@_api(values=1)
+def cuEventElapsedTime(hStart: Any, hEnd: Any) -> float:  # noqa: N802, N803, ANN401
+    _need_init()
+    return EVENTS.get(int(hStart)).elapsed_ms(EVENTS.get(int(hEnd)))
+
+
+@_api(values=1)
+def cuMemAlloc(bytesize: int) -> CUdeviceptr:  # noqa: N802
+    _need_init()
+    if int(bytesize) == 0:
+        raise faults.InvalidParamError("cuMemAlloc of 0 bytes")
+    return CUdeviceptr(hostcuda.malloc(int(bytesize)))
+
+
+@_api()
+def cuMemFree(dptr: Any) -> None:  # noqa: N802, ANN401
+    _need_init()
+    hostcuda.free(int(dptr))
+
+
+@_api()
+def cuMemcpyHtoDAsync(dstDevice: Any, srcHost: Any, ByteCount: int,  # noqa: N802, N803, ANN401
+                      hStream: Any) -> None:  # noqa: N803, ANN401
+    _need_init()
+    hostcuda.memcpy(dstDevice, srcHost, int(ByteCount), hostcuda.HOST_TO_DEVICE,
+                    hostcuda.stream_handle(hStream))
+
+
+@_api()
+def cuMemcpyDtoHAsync(dstHost: Any, srcDevice: Any, ByteCount: int,  # noqa: N802, N803, ANN401
+                      hStream: Any) -> None:  # noqa: N803, ANN401
+    _need_init()
+    hostcuda.memcpy(dstHost, srcDevice, int(ByteCount), hostcuda.DEVICE_TO_HOST,
+                    hostcuda.stream_handle(hStream))
+
+
+@_api()
+def cuMemcpyDtoDAsync(dstDevice: Any, srcDevice: Any, ByteCount: int,  # noqa: N802, N803, ANN401
+                      hStream: Any) -> None:  # noqa: N803, ANN401
+    _need_init()
+    hostcuda.memcpy(dstDevice, srcDevice, int(ByteCount), hostcuda.DEVICE_TO_DEVICE,
+                    hostcuda.stream_handle(hStream))
+
+
+@_api()
+def cuMemsetD8Async(dstDevice: Any, uc: int, N: int, hStream: Any) -> None:  # noqa: N802, N803, ANN401
+    _need_init()
+    hostcuda.memset(dstDevice, int(uc), int(N), hostcuda.stream_handle(hStream))
+
+
+def cuGetErrorName(error: int) -> tuple[CUresult, bytes | None]:  # noqa: N802
+    try:
+        return CUresult.CUDA_SUCCESS, CUresult(error).name.encode()
+    except ValueError:
+        return CUresult.CUDA_ERROR_INVALID_VALUE, None
+
+
+_TEXT = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initialization error",
+         4: "driver shutting down", 100: "no CUDA-capable device is detected",
+         101: "invalid device ordinal", 201: "invalid device context",
+         400: "invalid resource handle", 500: "named symbol not found",
+         600: "device not ready", 700: "an illegal memory access was encountered",
+         702: "the launch timed out and was terminated", 719: "unspecified launch failure",
+         800: "operation not permitted", 801: "operation not supported",
+         911: "external device error", 999: "unknown error"}
+
+
+def cuGetErrorString(error: int) -> tuple[CUresult, bytes | None]:  # noqa: N802
+    if int(error) not in _TEXT:
+        return CUresult.CUDA_ERROR_INVALID_VALUE, None
+    return CUresult.CUDA_SUCCESS, _TEXT[int(error)].encode()

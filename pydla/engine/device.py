@@ -1,0 +1,231 @@
+"""The CPU "DLA": device handles, memory registration, modules, task submission.
+
+Backend-neutral: a module is a ``LoadedModule`` (validated loadable + bound backend); this
+file adds what cuDLA adds around it, with the strict checks of ``docs/cudla.md``.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pydla.engine import stats
+from pydla.engine.faults import (
+    InvalidAddressError,
+    InvalidDeviceError,
+    InvalidParamError,
+    MemoryRegisteredError,
+    UnsupportedOperationError,
+)
+from pydla.engine.handles import HandleTable
+from pydla.engine.memory import HOST, MEMORY, TENSOR_KINDS, Region, as_bytes
+from pydla.engine.module import LoadedModule
+from pydla.engine.stream import drain_blocking_streams, get_stream
+from pydla.engine.task import RawTask, TaskPlan, execute, plan_task
+from pydla.formats import TensorDescriptor
+
+DEVICE_COUNT = 1  # one CPU engine
+DEVICE_VERSION = 2  # DLA 2.0 (Orin-class); Xavier reports 1
+REGISTER_ALIGNMENT = 32
+DEFAULT_TIMEOUT_MS = 30_000
+MAX_TIMEOUT_MS = 1_000_000
+READ_ONLY, TASK_STATISTICS = 1, 2  # AccessPermissionFlags
+ENABLE_FAULT_DIAGNOSTICS = 1  # ModuleLoadFlags
+NOOP, SKIP_LOCK_ACQUIRE, DIAGNOSTICS_TASK = 1, 2, 4  # SubmissionFlags
+
+
+@dataclass(frozen=True, eq=False)
+class Registration:
+    ptr: int
+    size: int
+    flags: int
+    view: np.ndarray  # uint8, ``size`` bytes; holds the memory alive
+    region: Region
+
+
+class DlaModule:
+    """A loaded module on one device handle."""
+
+    def __init__(self, device: DlaDevice, loaded: LoadedModule, flags: int) -> None:
+        self.device = device
+        self.loaded = loaded
+        self.flags = flags
+        self.lock = threading.Lock()  # the module's one arena: its tasks run one at a time
+        self.input_descriptors: list[TensorDescriptor] = loaded.input_descriptors
+        self.output_descriptors: list[TensorDescriptor] = loaded.output_descriptors
+        self.layer_names = [layer.name for layer in loaded.program.layers]
+        self.stats_descriptors = [stats.descriptor(len(self.layer_names))]
+        self.handle = MODULES.add(self)
+
+
+class DlaDevice:
+    def __init__(self, index: int) -> None:
+        if not 0 <= index < DEVICE_COUNT:
+            raise InvalidDeviceError(f"device {index} does not exist (there are "
+                                     f"{DEVICE_COUNT})")
+        self.index = index
+        self.lock = threading.Lock()
+        self._idle = threading.Condition(self.lock)
+        self._inflight = 0
+        self._destroyed = False
+        self.registrations: dict[int, Registration] = {}
+        self.module: DlaModule | None = None
+        self._loaded_once = False
+        self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self.last_fault: BaseException | None = None
+        self.handle = DEVICES.add(self)
+
+    def _check_alive(self) -> None:
+        if self._destroyed:
+            raise InvalidDeviceError(f"device handle {self.handle:#x} was destroyed")
+
+    # -- memory ----------------------------------------------------------------------
+    def register(self, ptr: Any, size: int, flags: int) -> int:  # noqa: ANN401
+        """Register [ptr, ptr + size): ``ptr`` is an address in memory pydla knows, or a
+        writable numpy array (pydla's extension: its memory becomes known)."""
+        self._check_alive()
+        if flags not in (0, READ_ONLY, TASK_STATISTICS):
+            raise InvalidParamError(f"mem_register flags must be 0, READ_ONLY_PERM or "
+                                    f"TASK_STATISTICS, not {flags}")
+        if isinstance(ptr, np.ndarray):
+            as_bytes(ptr, writable=True)
+            addr = MEMORY.track(ptr, HOST).start
+        else:
+            addr = operator.index(ptr)
+        if addr == 0 or addr % REGISTER_ALIGNMENT:
+            raise InvalidAddressError(f"{addr:#x} is not {REGISTER_ALIGNMENT}-byte aligned")
+        if size <= 0:
+            raise InvalidAddressError(f"cannot register {size} bytes")
+        region = MEMORY.find(addr, size, TENSOR_KINDS)
+        view = MEMORY.view(addr, size, TENSOR_KINDS)
+        with self.lock:
+            self._check_alive()
+            for r in self.registrations.values():
+                if r.ptr < addr + size and addr < r.ptr + r.size:
+                    raise MemoryRegisteredError(f"[{addr:#x}, {addr + size:#x}) overlaps "
+                                                f"memory registered at {r.ptr:#x}")
+            self.registrations[addr] = Registration(addr, size, flags, view, region)
+        return addr
+
+    def unregister(self, ptr: int) -> None:
+        with self.lock:
+            self._check_alive()
+            if self.registrations.pop(ptr, None) is None:
+                raise InvalidAddressError(f"{ptr:#x} is not registered with device "
+                                          f"{self.handle:#x}")
+
+    def buffer_for(self, ptr: int, desc: TensorDescriptor, role: str) -> np.ndarray:
+        """The registered view a task uses for one tensor, after the strict checks."""
+        with self.lock:
+            reg = self.registrations.get(ptr)
+        where = f"{role} tensor {desc.name!r} at {ptr:#x}"
+        if reg is None:
+            raise InvalidAddressError(f"{where} is not registered with device {self.handle:#x}")
+        if not MEMORY.alive(reg.region):
+            raise InvalidAddressError(f"{where}: its memory was freed")
+        if reg.size < desc.size:
+            raise InvalidParamError(f"{where}: {reg.size} bytes registered, the descriptor "
+                                    f"needs {desc.size}")
+        if (role == "statistics") != bool(reg.flags & TASK_STATISTICS):
+            raise InvalidParamError(f"{where}: task statistics buffers, and only they, are "
+                                    "registered with TASK_STATISTICS")
+        if role != "input" and reg.flags & READ_ONLY:
+            raise InvalidParamError(f"{where} is registered read-only")
+        return reg.view[:desc.size]
+
+    # -- modules -----------------------------------------------------------------------
+    def load(self, data: bytes, flags: int) -> DlaModule:
+        if flags not in (0, ENABLE_FAULT_DIAGNOSTICS):
+            raise InvalidParamError(f"module load flags must be 0 or 1, not {flags}")
+        with self.lock:
+            self._check_alive()
+            if self.module is not None or self._loaded_once:
+                raise UnsupportedOperationError(
+                    f"device handle {self.handle:#x} already loaded a module; cuDLA allows "
+                    "one module per device handle, loaded once")
+            self.module = DlaModule(self, LoadedModule(data), flags)
+            self._loaded_once = True
+            return self.module
+
+    def unload(self, module: DlaModule, flags: int) -> None:
+        if flags != 0:
+            raise InvalidParamError(f"module_unload flags must be 0, not {flags}")
+        with self.lock:
+            while self._inflight:  # a queued task still uses the module
+                self._idle.wait()
+            if self.module is not module:
+                raise InvalidDeviceError(f"module handle {module.handle:#x} is not loaded")
+            self.module = None
+            MODULES.remove(module.handle)
+
+    # -- tasks -------------------------------------------------------------------------
+    def submit(self, raws: Sequence[RawTask], stream: int, flags: int) -> None:
+        self._check_alive()
+        if flags & ~(NOOP | SKIP_LOCK_ACQUIRE | DIAGNOSTICS_TASK):
+            raise InvalidParamError(f"unknown submission flags {flags:#x}")
+        if flags & DIAGNOSTICS_TASK:
+            raise UnsupportedOperationError("diagnostics tasks need NVIDIA's fault-diagnostics "
+                                            "loadable, which the CPU device does not have")
+        plans = [plan_task(self, raw) for raw in raws]
+        queue = get_stream(stream)  # an unknown stream fails before anything is queued
+        if flags & NOOP:
+            return
+        with self.lock:
+            self._inflight += 1
+
+        def run() -> None:
+            try:
+                for plan in plans:
+                    self.run_plan(plan)
+            finally:
+                self._done()
+
+        if queue is None:  # the legacy stream: the task has finished when submit returns
+            drain_blocking_streams()
+            run()
+            return
+        try:
+            queue.enqueue(run)
+        except BaseException:
+            self._done()
+            raise
+
+    def _done(self) -> None:
+        with self.lock:
+            self._inflight -= 1
+            self._idle.notify_all()
+
+    def run_plan(self, plan: TaskPlan) -> None:
+        try:
+            execute(plan)
+        except BaseException as e:
+            self.last_fault = e
+            raise
+        self.last_fault = None
+
+    def set_timeout(self, ms: int) -> None:
+        self._check_alive()
+        if not 0 < ms <= MAX_TIMEOUT_MS:
+            raise InvalidParamError(f"the task timeout must be 1 … {MAX_TIMEOUT_MS} ms, not {ms}")
+        self.timeout_ms = ms
+
+    def destroy(self) -> None:
+        with self.lock:
+            self._check_alive()
+            self._destroyed = True
+            while self._inflight:
+                self._idle.wait()
+            module, self.module = self.module, None
+            self.registrations.clear()
+        if module is not None:
+            MODULES.remove(module.handle)
+        DEVICES.remove(self.handle)
+
+
+DEVICES: HandleTable[DlaDevice] = HandleTable("device", InvalidDeviceError)
+MODULES: HandleTable[DlaModule] = HandleTable("module", InvalidDeviceError)

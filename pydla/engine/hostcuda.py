@@ -1,0 +1,130 @@
+"""The CUDA-shaped host operations of the CPU device, shared by ``pydla.runtime`` and
+``pydla.driver`` (which differ only in names and error enums).
+
+Device memory is zero-filled, 64-byte aligned host memory from the memory map. A copy or
+fill is validated when it is issued (addresses must be memory pydla knows; buffers must be
+contiguous and large enough) and then runs in stream order. A host source is staged at
+issue time, as CUDA stages pageable memory, so the caller may reuse it at once.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from typing import Any, TypeVar
+
+import numpy as np
+
+from pydla.engine.faults import InvalidParamError, MemcpyDirectionError
+from pydla.engine.memory import DEVICE, MEMORY, TENSOR_KINDS, as_bytes
+from pydla.engine.stream import LEGACY, run_on
+from pydla.errors import PydlaError
+
+HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, DEFAULT = range(5)
+# (destination is device memory, source is device memory) for each copy kind
+_DIRECTIONS = {HOST_TO_HOST: (False, False), HOST_TO_DEVICE: (True, False),
+               DEVICE_TO_HOST: (False, True), DEVICE_TO_DEVICE: (True, True)}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def address(x: Any) -> int | None:  # noqa: ANN401
+    """The address an int-like argument names (ints and pydla's pointer objects), or None
+    for a buffer object."""
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, np.ndarray) or not hasattr(x, "__int__"):
+        return None
+    return int(x)
+
+
+def stream_handle(x: Any) -> int:  # noqa: ANN401
+    """A stream argument: None or 0 (legacy stream), an int handle, or a stream object."""
+    if x is None:
+        return LEGACY
+    if isinstance(x, int) or hasattr(x, "__int__"):
+        return int(x)
+    raise TypeError(f"a stream is an int handle or a stream object, not {type(x).__name__}")
+
+
+def malloc(size: int) -> int:
+    if size < 0:
+        raise InvalidParamError(f"cannot allocate {size} bytes")
+    return 0 if size == 0 else MEMORY.allocate(size)
+
+
+def free(ptr: int) -> None:
+    if ptr != 0:  # freeing NULL is a no-op, as in CUDA
+        MEMORY.free(ptr)
+
+
+def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:  # noqa: ANN401
+    addr = address(x)
+    if addr is not None:
+        region = MEMORY.find(addr, count, TENSOR_KINDS)
+        return MEMORY.view(addr, count, TENSOR_KINDS), region.kind == DEVICE
+    data = as_bytes(x, writable)
+    if data.size < count:
+        raise InvalidParamError(f"a {type(x).__name__} of {data.size} bytes cannot take part "
+                                f"in a copy of {count}")
+    return data[:count], False
+
+
+def memcpy(dst: Any, src: Any, count: int, kind: int, stream: int) -> None:  # noqa: ANN401
+    if kind not in _DIRECTIONS and kind != DEFAULT:
+        raise MemcpyDirectionError(f"unknown copy kind {kind}")
+    if count < 0:
+        raise InvalidParamError(f"cannot copy {count} bytes")
+    if count == 0:
+        return
+    d, d_device = _endpoint(dst, count, writable=True)
+    s, s_device = _endpoint(src, count, writable=False)
+    if kind != DEFAULT and (d_device, s_device) != _DIRECTIONS[kind]:
+        where = {True: "device memory", False: "host memory"}
+        raise MemcpyDirectionError(f"copy kind {kind} contradicts a copy from "
+                                   f"{where[s_device]} to {where[d_device]}")
+    if not s_device:
+        s = s.copy()
+    run_on(stream, lambda: np.copyto(d, s))
+
+
+def memset(ptr: Any, value: int, count: int, stream: int) -> None:  # noqa: ANN401
+    addr = address(ptr)
+    if addr is None:
+        raise InvalidParamError("memset takes a device pointer")
+    if count < 0:
+        raise InvalidParamError(f"cannot set {count} bytes")
+    if count == 0:
+        return
+    if MEMORY.find(addr, count, TENSOR_KINDS).kind != DEVICE:
+        raise InvalidParamError(f"{addr:#x} is not device memory")
+    view = MEMORY.view(addr, count, TENSOR_KINDS)
+    run_on(stream, lambda: view.fill(value & 0xFF))
+
+
+def cuda_api(error_of: Callable[[BaseException], IntEnum], success: IntEnum,
+             values: int = 0) -> Callable[[F], F]:
+    """cuda-bindings' convention: return ``(status,)`` or ``(status, value)``; pydla's typed
+    errors become the status (and the value None), argument type errors still raise."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> tuple[Any, ...]:  # noqa: ANN401
+            try:
+                result = fn(*args, **kwargs)
+            except (PydlaError, MemoryError) as e:
+                return (error_of(e),) + (None,) * values
+            return (success,) if values == 0 else (success, result)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+def first_match(table: Sequence[tuple[type[BaseException], IntEnum]], fallback: IntEnum
+                ) -> Callable[[BaseException], IntEnum]:
+    def error_of(e: BaseException) -> IntEnum:
+        return next((code for cls, code in table if isinstance(e, cls)), fallback)
+
+    return error_of

@@ -1,0 +1,70 @@
+"""Lay tensors out as a module's descriptors say: the layout and the type come from the
+descriptor (data_format, data_type, strides), the conversion from ``pydla.formats``.
+
+These are the public helpers for programs that fill and read cuDLA buffers by hand
+(``chw16``, ``chw32``, ``dla_linear``, ``dla_hwc4`` and linear NCHW).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pydla import formats
+from pydla.dtypes import DType
+
+_TYPE_OF_CODE = {code: dtype for dtype, code in formats.DATA_TYPE_CODES.items()}
+
+
+def dtype_of(desc: Any) -> DType:  # noqa: ANN401  (TensorDescriptor or ModuleTensorDescriptor)
+    try:
+        return _TYPE_OF_CODE[int(desc.data_type)]
+    except KeyError:
+        raise formats.FormatError(f"descriptor {desc.name!r} has unknown data type "
+                                  f"{int(desc.data_type)}") from None
+
+
+def format_of(desc: Any) -> str:  # noqa: ANN401
+    """The TensorRT format name of a descriptor, read from its data_format and strides."""
+    e = dtype_of(desc).itemsize
+    c, w = int(desc.c), int(desc.w)
+    row, plane = int(desc.stride[1]), int(desc.stride[2])
+    code = int(desc.data_format)
+    if code == formats.DATA_FORMAT_NCHW:
+        return "chw" if row == w * e else "dla_linear"
+    if code == formats.DATA_FORMAT_NCxHWx:
+        return f"chw{row // (w * e)}"
+    if code == formats.DATA_FORMAT_NHWC:
+        channels = plane // e  # the pixel stride holds C' elements
+        if c in (1, 3, 4) and channels == (1 if c == 1 else 4) and row == plane * w + (
+                -plane * w) % 64:
+            return "dla_hwc4"
+        return "hwc" if channels == c else f"hwc{channels}"
+    raise formats.FormatError(f"descriptor {desc.name!r} has unknown data format {code}")
+
+
+def _shape(desc: Any) -> tuple[int, int, int, int]:  # noqa: ANN401
+    return int(desc.n), int(desc.c), int(desc.h), int(desc.w)
+
+
+def pack(x: Any, desc: Any) -> np.ndarray:  # noqa: ANN401
+    """A uint8 buffer of ``desc.size_`` bytes holding ``x`` (any array-like or DLPack
+    tensor of the descriptor's n·c·h·w elements) in the descriptor's layout and type."""
+    arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+    dtype = dtype_of(desc)
+    logical = np.ascontiguousarray(arr, dtype=dtype.np).reshape(_shape(desc))
+    out = np.zeros(_size(desc), np.uint8)
+    formats.pack(logical, format_of(desc), out=out.view(dtype.np))
+    return out
+
+
+def unpack(buf: Any, desc: Any) -> np.ndarray:  # noqa: ANN401
+    """The logical (n, c, h, w) tensor held by a buffer in the descriptor's layout."""
+    data = np.frombuffer(buf, dtype=np.uint8)[:_size(desc)]
+    dtype = dtype_of(desc)
+    return np.array(formats.unpack(data, format_of(desc), _shape(desc), dtype))
+
+
+def _size(desc: Any) -> int:  # noqa: ANN401
+    return int(desc.size_ if hasattr(desc, "size_") else desc.size)

@@ -1,0 +1,49 @@
+"""Layer information of a loadable (trtexec's --exportLayerInfo, ``pydla inspect --json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydla.backends.cpu.fused import scratch_bytes
+from pydla.loadable import Program
+
+
+def layer_info(program: Program) -> dict[str, Any]:
+    tensors = program.tensors
+    formats = {io.tensor: io.format for io in (*program.inputs, *program.outputs)}
+
+    def describe(index: int) -> dict[str, Any] | None:
+        if index < 0:
+            return None
+        t = tensors[index]
+        return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name.lower(),
+                "format": "weight" if t.kind == "weight" else formats.get(index, "linear")}
+
+    layers = []
+    workspace = 0
+    for lay in program.layers:
+        out_bytes = tensors[lay.outputs[0]].nbytes if lay.outputs else 0
+        scratch = scratch_bytes(lay.attrs, out_bytes)
+        workspace += scratch
+        entry = {"name": lay.name, "type": lay.op,
+                 "inputs": [describe(i) for i in lay.inputs],
+                 "outputs": [describe(i) for i in lay.outputs],
+                 "fused_from": list(lay.fused_from), "precision": lay.precision,
+                 "tactic": lay.tactic}
+        if "epilogue" in lay.attrs:
+            entry["epilogue"] = [s["op"] for s in lay.attrs["epilogue"]["program"]]
+        if lay.op == "Pointwise":
+            entry["program"] = [s["op"] for s in lay.attrs["program"]]
+        if lay.attrs.get("in_place"):
+            entry["in_place"] = True
+        layers.append(entry)
+    activations = [t for t in tensors if t.kind != "weight"]
+    return {
+        "layers": layers,
+        "memory": {
+            "activation_bytes": program.arena_bytes,
+            "naive_activation_bytes": sum(t.nbytes for t in activations),
+            "weight_bytes": sum(t.nbytes for t in tensors if t.kind == "weight"),
+            "workspace_bytes": workspace,
+        },
+    }
