@@ -10,12 +10,15 @@ from typing import Any
 import numpy as np
 import onnx
 
+from pydla.dtypes import DType
 from pydla.errors import BuildError, ModelImportError
 from pydla.frontend.onnx import import_model
 from pydla.ir import Graph
 from pydla.loadable import read_loadable, write_loadable
 from pydla.passes import PassContext, PassManager, default_passes
+from pydla.plan.calibrate import tensor_ranges
 from pydla.plan.lower import IOFormat, lower
+from pydla.plan.precision import autocast
 from pydla.tools.layerinfo import layer_info
 
 
@@ -35,6 +38,10 @@ class BuildOptions:
     log: Callable[[str], None] | None = None
     # Run the IR verifier after every pass (tests switch it on).
     verify_passes: bool = False
+    # --autocast: run float32 layers in this type where safe (pydla.plan.precision).
+    autocast: DType | None = None
+    layer_precisions: Mapping[str, str] = field(default_factory=dict)
+    calibration: Sequence[Mapping[str, np.ndarray]] = ()
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
@@ -60,6 +67,12 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
                           disabled=options.disabled_passes, verify_each=options.verify_passes)
     if options.opt_level > 0:
         manager.run(graph, ctx)
+    if options.autocast is not None:
+        ranges = tensor_ranges(graph, list(options.calibration)) if options.calibration else None
+        autocast(graph, options.autocast, ctx, options.layer_precisions, ranges)
+    elif options.layer_precisions:
+        raise BuildError("--layerPrecisions adjusts --autocast; without it the model's own "
+                         "types decide every layer's precision")
     return graph
 
 

@@ -109,7 +109,8 @@ def to_storage(x: np.ndarray, dtype: DType) -> np.ndarray:
     """Convert computed values (any numeric numpy array) to ``dtype``'s storage."""
     if dtype is DType.BFLOAT16:
         return f32_to_bf16(np.asarray(x, dtype=np.float32))
-    return np.asarray(x).astype(dtype.np, copy=False)
+    with np.errstate(over="ignore"):  # out-of-range values round to ±inf, as IEEE says
+        return np.asarray(x).astype(dtype.np, copy=False)
 
 
 def to_compute(x: np.ndarray, dtype: DType) -> np.ndarray:

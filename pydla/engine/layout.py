@@ -48,14 +48,16 @@ def _shape(desc: Any) -> tuple[int, int, int, int]:  # noqa: ANN401
     return int(desc.n), int(desc.c), int(desc.h), int(desc.w)
 
 
-def pack(x: Any, desc: Any) -> np.ndarray:  # noqa: ANN401
+def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:  # noqa: ANN401
     """A uint8 buffer of ``desc.size_`` bytes holding ``x`` (any array-like or DLPack
-    tensor of the descriptor's n·c·h·w elements) in the descriptor's layout and type."""
+    tensor of the descriptor's n·c·h·w elements) in the descriptor's layout and type;
+    ``out`` (uint8, ``size_`` bytes) is filled instead of a new buffer when given."""
     arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
     dtype = dtype_of(desc)
     logical = np.ascontiguousarray(arr, dtype=dtype.np).reshape(_shape(desc))
-    out = np.zeros(_size(desc), np.uint8)
-    formats.pack(logical, format_of(desc), out=out.view(dtype.np))
+    if out is None:
+        out = np.zeros(_size(desc), np.uint8)
+    formats.pack(logical, format_of(desc), out=out[:_size(desc)].view(dtype.np))
     return out
 
 

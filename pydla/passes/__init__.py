@@ -2,18 +2,26 @@
 
 Order matters: folding and pattern recognition see the graph before pointwise fusion
 swallows the ops they look for; epilogue fusion runs on the fused pointwise layers.
+Shuffles are simplified and pads folded first, so the patterns see direct producers;
+MatMul+bias becomes Gemm before fold_batchnorm, which folds scales into Gemm weights.
 """
 
 from __future__ import annotations
 
 from pydla.passes.base import Pass, PassContext
+from pydla.passes.cancel_transposes import CancelTransposes
 from pydla.passes.cse import EliminateCommonSubexpressions
 from pydla.passes.eliminate_dead import EliminateDead
 from pydla.passes.eliminate_identity import EliminateIdentity
 from pydla.passes.fold_batchnorm import FoldBatchNorm
 from pydla.passes.fold_constants import FoldConstants
+from pydla.passes.fold_pad import FoldPad
 from pydla.passes.fuse_pointwise import FuseEpilogue, FusePointwise
 from pydla.passes.manager import PassManager
+from pydla.passes.matmul_to_gemm import MatMulToGemm
+from pydla.passes.recognize_gelu import RecognizeGelu
+from pydla.passes.recognize_layernorm import RecognizeLayerNorm
+from pydla.passes.recognize_softmax import RecognizeSoftmax
 
 
 def default_passes() -> list[Pass]:
@@ -22,7 +30,13 @@ def default_passes() -> list[Pass]:
         EliminateIdentity(),
         FoldConstants(),
         EliminateCommonSubexpressions(),
+        CancelTransposes(),
+        FoldPad(),
+        MatMulToGemm(),
         FoldBatchNorm(),
+        RecognizeLayerNorm(),
+        RecognizeGelu(),
+        RecognizeSoftmax(),
         FusePointwise(),
         FuseEpilogue(),
     ]

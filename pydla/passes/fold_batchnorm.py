@@ -28,6 +28,8 @@ def _affine_of(node: Node, channels: int) -> tuple[np.ndarray, np.ndarray] | Non
         params = node.inputs[1:5]
         if len(params) != 4 or not all(p is not None and p.is_const for p in params):
             return None
+        if any(p.shape != (channels,) for p in params):  # type: ignore[union-attr]
+            return None
         scale, bias, mean, var = (_f32(p) for p in params)  # type: ignore[arg-type]
         s = scale / np.sqrt(var + np.float32(node.attrs.get("epsilon", 1e-5)))
         return s.astype(np.float32), (bias - mean * s).astype(np.float32)

@@ -47,9 +47,7 @@ def _cube(v: Value | None, x: Value) -> list[Node] | None:
     if pw is not None:
         return [pw] if pw.inputs[0] is x and is_scalar(pw.inputs[1], 3.0) else None
     outer = produced_by(v, "Mul")
-    if outer is None or x not in outer.inputs:
-        return None
-    sq = produced_by(other_operand(outer, x) if outer.inputs != [x, x] else None, "Mul")
+    sq = produced_by(other_operand(outer, x), "Mul") if outer is not None else None
     if sq is None or sq.inputs[0] is not x or sq.inputs[1] is not x:
         return None
     return [sq, outer]

@@ -6,7 +6,13 @@ import argparse
 import json
 import time
 
-from pydla.tools.flags import parse_io_formats, parse_mem_pools, parse_shapes
+from pydla.dtypes import DType
+from pydla.tools.flags import (
+    parse_io_formats,
+    parse_layer_precisions,
+    parse_mem_pools,
+    parse_shapes,
+)
 
 HARMLESS = ("--buildDLAStandalone", "--allowGPUFallback", "--skipInference", "--noDataTransfers")
 
@@ -32,6 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "dlaGlobalDRAM) are recorded in the loadable and mean nothing on the CPU")
     p.add_argument("--builderOptimizationLevel", type=int, default=3, choices=range(0, 6),
                    help="0 = no optimization (for bisecting), 3 = default")
+    p.add_argument("--autocast", choices=("fp16", "bf16"),
+                   help="run float32 layers in fp16/bf16 where numerically safe "
+                   "(sensitive layers stay fp32; see docs/builder.md)")
+    p.add_argument("--layerPrecisions", help="per-layer override for --autocast: "
+                   "name:fp32,name:fp16,…")
+    p.add_argument("--calibrationInputs", help=".npz of inputs (keyed by name); with "
+                   "--autocast, layers whose values overflow the target type stay fp32")
     p.add_argument("--verbose", action="store_true",
                    help="log every build decision (each fusion with the ONNX nodes it consumed)")
     p.add_argument("--exportLayerInfo", help="write layer information (JSON) to this file")
@@ -44,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydla.builder import BuildOptions, build
     from pydla.loadable import read_loadable
+    from pydla.plan.precision import load_calibration
     from pydla.tools.layerinfo import layer_info
 
     shapes, values = parse_shapes(args.shapes)
@@ -53,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         output_formats=parse_io_formats(args.outputIOFormats, "--outputIOFormats"),
         dla_core=args.useDLACore, mem_pools=parse_mem_pools(args.memPoolSize),
         opt_level=args.builderOptimizationLevel, verbose=args.verbose,
+        autocast=DType.from_name(args.autocast) if args.autocast else None,
+        layer_precisions=parse_layer_precisions(args.layerPrecisions),
+        calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
         log=lambda message: print(f"[pydla] [V] {message}"))
     start = time.perf_counter()
     data = build(args.onnx, options)

@@ -93,3 +93,16 @@ def parse_mem_pools(text: str | None) -> dict[str, int]:
                             "optional unit (B, KiB, MiB, GiB)")
         pools[name] = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     return pools
+
+
+def parse_layer_precisions(text: str | None) -> dict[str, str]:
+    """``conv1:fp32,fc:fp16`` → {layer: precision}."""
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if not item:
+            continue
+        name, sep, prec = item.rpartition(":")
+        if not sep or prec not in ("fp32", "fp16", "bf16"):
+            raise FlagError(f"--layerPrecisions entry {item!r}: expected name:fp32|fp16|bf16")
+        out[name] = prec
+    return out

@@ -115,10 +115,21 @@ def test_mean_variance_normalization(opset, axes):
 
 
 @pytest.mark.parametrize("opset,attrs,outputs", [(9, {}, ["y", "mean", "var"]),
-                                                 (15, {"training_mode": 1}, ["y"])])
+                                                 (15, {"training_mode": 1}, ["y", "rm", "rv"])])
 def test_batch_normalization_training_refused(opset, attrs, outputs):
     params = _bn_params(3)
     node = helper.make_node("BatchNormalization", ["x", *params], outputs, **attrs)
     model = make_model([node], {"x": (np.float32, [2, 3, 2])}, ["y"], params, opset=opset)
     with pytest.raises(ModelImportError, match="training mode"):
         build(model)
+
+
+@pytest.mark.parametrize("spatial,pshape", [(1, (3,)), (0, (3, 4, 4))])
+def test_conv_then_batch_normalization(spatial, pshape):
+    """Per-channel BN after Conv (foldable) and per-element spatial=0 BN (Mul + Add)."""
+    params = {k: RNG.uniform(0.5, 1.5, pshape).astype(np.float32) for k in "sbmv"}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", *params], ["y"], spatial=spatial)]
+    model = make_model(nodes, {"x": (np.float32, (1, 2, 4, 4))}, ["y"],
+                       {"w": _rand(3, 2, 3, 3)} | params, opset=7)
+    check_against_ort(model, {"x": _rand(1, 2, 4, 4)})

@@ -4,7 +4,6 @@ import pytest
 from pydla import formats
 from pydla.dtypes import DType, bf16_to_f32, f32_to_bf16
 
-
 FORMAT_CASES = [(f, t) for f in formats.FORMATS if f != "dla_hwc4"
                 for t in sorted(formats.FORMAT_TYPES.get(f, {DType.FLOAT32, DType.INT64}))
                 if t is not DType.BFLOAT16]

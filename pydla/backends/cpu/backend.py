@@ -32,6 +32,8 @@ def bind_layer(spec: LayerSpec) -> RunFn:
         raise KernelError(spec.name, spec.op, "no CPU kernel for this op")
     if "epilogue" in spec.attrs:
         return with_epilogue(spec, _bind_plain)
+    if spec.op == "Pointwise":  # each step rounds to its own type
+        return KERNELS[spec.op](spec)
     return _bind_plain(spec)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pydla.backends.base import LayerSpec, RunFn
-from pydla.backends.cpu.kernels.elementwise import ufunc_kernel
+from pydla.backends.cpu.kernels.elementwise import select, ufunc_kernel
 from pydla.backends.cpu.registry import kernel
 
 Inputs = Sequence[np.ndarray | None]
@@ -23,9 +23,7 @@ for _op, _ufunc in (("Equal", np.equal), ("Less", np.less), ("Greater", np.great
 @kernel("Where")
 def bind_where(spec: LayerSpec) -> RunFn:
     def run(inputs: Inputs, outputs: Outputs) -> None:
-        condition, x, y = inputs
-        np.copyto(outputs[0], y)
-        np.copyto(outputs[0], x, where=condition)
+        select(inputs[0], inputs[1], inputs[2], outputs[0])
 
     return run
 

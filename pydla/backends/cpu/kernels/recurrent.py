@@ -3,7 +3,8 @@
 The input projections of all time steps are one matmul (x @ Wᵀ, biases folded in); only
 the recurrent part (h @ Rᵀ and the gates) runs step by step. A reverse direction runs
 forward over each sequence reversed within its own length, and is reversed back. Steps
-past a sequence's length keep the state and output zeros, as onnxruntime does.
+past a sequence's length keep the state and output zeros, and an empty sequence ends with
+zero states, as in onnxruntime.
 """
 
 from __future__ import annotations
@@ -214,6 +215,9 @@ def bind_recurrent(spec: LayerSpec) -> RunFn:
             y_h[d] = h
             if c is not None:
                 y_c[d] = c
+        # onnxruntime gives empty sequences zero final states, not their initial ones.
+        y_h[:, lengths == 0] = 0
+        y_c[:, lengths == 0] = 0
         results = [y.transpose(2, 1, 0, 3) if layout else y.transpose(1, 0, 2, 3)]
         results += [s.transpose(1, 0, 2) if layout else s for s in (y_h, y_c)]
         for out, res in zip(outputs, results):

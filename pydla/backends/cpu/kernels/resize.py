@@ -24,9 +24,10 @@ Outputs = Sequence[np.ndarray]
 @dataclass(frozen=True)
 class _AxisPlan:
     axis: int
-    index: np.ndarray            # (out, taps) source indices, clamped
-    weights: np.ndarray | None   # (out, taps); None for nearest (one tap of weight 1)
-    outside: np.ndarray | None   # (out,): positions that take extrapolation_value
+    index: np.ndarray            # (taps, out) source indices, clamped
+    weights: np.ndarray | None   # (taps, out, 1, …) broadcasting along the axis; None for
+                                 # nearest (one tap of weight 1)
+    outside: np.ndarray | None   # (out, 1, …): positions that take extrapolation_value
 
 
 def _source_coords(mode: str, n_out: int, n_in: int, scale: float, start: float,
@@ -80,7 +81,8 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
 
 def _filter_weights(x: np.ndarray, mode: str, scale: float, attrs: dict,
                     n_in: int) -> tuple[np.ndarray, np.ndarray]:
-    """Taps (unclamped source indices) and weights of linear/cubic interpolation at x.
+    """Taps (unclamped source indices) and weights of linear/cubic interpolation at x,
+    both (taps, out).
 
     With antialias, downscaling stretches the filter by 1/scale (more taps, normalised).
     """
@@ -102,15 +104,15 @@ def _filter_weights(x: np.ndarray, mode: str, scale: float, attrs: dict,
         w = np.where((taps < 0) | (taps >= n_in), 0.0, w)
         total = w.sum(axis=1, keepdims=True)
         w = w / np.where(total == 0, 1.0, total)
-    return taps, w
+    return taps.T, w.T
 
 
-def _axis_plan(axis: int, n_in: int, n_out: int, attrs: dict) -> _AxisPlan | None:
-    """How to resize one axis; None when it is left as it is."""
+def _axis_plan(axis: int, n_in: int, n_out: int, rank: int, attrs: dict,
+               dtype: np.dtype) -> _AxisPlan | None:
+    """How to resize one axis (weights in the compute type); None when it stays as it is."""
     mode = attrs["mode"]
     coord = attrs["coordinate_transformation_mode"]
     scale = float(attrs["scales"][axis])
-    rank = len(attrs["scales"])
     start, end = float(attrs["roi"][axis]), float(attrs["roi"][rank + axis])
     x = _source_coords(coord, n_out, n_in, scale, start, end)
     outside = None
@@ -121,27 +123,20 @@ def _axis_plan(axis: int, n_in: int, n_out: int, attrs: dict) -> _AxisPlan | Non
     if n_out == n_in and outside is None and not stretched and np.array_equal(x, np.arange(n_in)):
         return None
     if n_in == 0 or n_out == 0:
-        return _AxisPlan(axis, np.zeros((n_out, 1), np.intp), None, None)
-    if mode == "nearest":
-        index = _nearest_index(x, attrs["nearest_mode"], scale)[:, None]
-        weights = None
-    else:
-        index, weights = _filter_weights(x, mode, scale, attrs, n_in)
-    return _AxisPlan(axis, np.clip(index, 0, n_in - 1).astype(np.intp), weights, outside)
-
-
-def _prepare(plan: _AxisPlan, rank: int, dtype: np.dtype) -> _AxisPlan:
-    """Weights and mask in the compute type, shaped to broadcast along the plan's axis."""
-    shape = (-1,) + (1,) * (rank - plan.axis - 1)
+        return _AxisPlan(axis, np.zeros((1, n_out), np.intp), None, None)
+    shape = (n_out,) + (1,) * (rank - axis - 1)  # broadcasts along the axis
     weights = None
-    if plan.weights is not None:
-        weights = plan.weights.T.astype(dtype).reshape((plan.weights.shape[1],) + shape)
-    return _AxisPlan(plan.axis, plan.index.T.copy(), weights,
-                     None if plan.outside is None else plan.outside.reshape(shape))
+    if mode == "nearest":
+        index = _nearest_index(x, attrs["nearest_mode"], scale)[None, :]
+    else:
+        index, w = _filter_weights(x, mode, scale, attrs, n_in)
+        weights = w.astype(dtype).reshape((len(w),) + shape)
+    return _AxisPlan(axis, np.clip(index, 0, n_in - 1).astype(np.intp), weights,
+                     None if outside is None else outside.reshape(shape))
 
 
 def _apply(y: np.ndarray, plan: _AxisPlan, extrapolation: np.ndarray) -> np.ndarray:
-    """Resize y along the plan's axis (index and weights are tap-major, see _prepare)."""
+    """Resize y along the plan's axis: one gather per tap, weighted and summed."""
     ax = plan.axis
     if plan.weights is None:
         r = np.take(y, plan.index[0], axis=ax)
@@ -159,16 +154,18 @@ def bind_resize(spec: LayerSpec) -> RunFn:
     attrs = dict(spec.attrs)
     in_shape = spec.inputs[0].shape
     out_shape = spec.outputs[0].shape
-    plans = [p for ax in range(len(in_shape))
-             if (p := _axis_plan(ax, in_shape[ax], out_shape[ax], attrs)) is not None]
     dtype = spec.inputs[0].dtype.np
-    interpolates = attrs["mode"] != "nearest" or any(p.outside is not None for p in plans)
     # Integers interpolate in float64 and saturate. Plain results are truncated, as
     # onnxruntime does; antialiased ones are rounded half to even as in ONNX's reference
     # (onnxruntime's fixed-point path for them can differ by one).
+    interpolates = attrs["mode"] != "nearest" or (
+        attrs["coordinate_transformation_mode"] == "tf_crop_and_resize")
     integer = dtype.kind in "iu" and interpolates
     ctype = np.dtype(np.float64) if integer else dtype
-    plans = [_prepare(p, len(in_shape), ctype) for p in plans]
+    rank = len(in_shape)
+    plans = [p for ax in range(rank)
+             if (p := _axis_plan(ax, in_shape[ax], out_shape[ax], rank, attrs, ctype))
+             is not None]
     extrapolation = np.asarray(float(attrs["extrapolation_value"]))
     info = np.iinfo(dtype) if integer else None
     to_integer = np.rint if attrs["antialias"] else np.trunc

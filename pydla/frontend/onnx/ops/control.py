@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from pydla.dtypes import DType
 from pydla.frontend.onnx.importer import ImportContext, OnnxNode, import_subgraph, tensor_to_array
 from pydla.frontend.onnx.registry import onnx_op
-from pydla.dtypes import DType
 from pydla.ir import Value
 
 

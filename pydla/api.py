@@ -1,0 +1,339 @@
+"""The Pythonic API of the CPU device: ``Device``, ``Module``, ``Stream``, ``Event``.
+
+::
+
+    with pydla.api.Device(0) as dev:
+        module = dev.load("model.loadable")
+        features, logits = module.run({"x": x})          # numpy or DLPack in, numpy out
+        with dev.stream() as s:
+            pending = [module.submit([x], stream=s) for x in batch]
+            results = [p.result() for p in pending]        # concurrent.futures.Future
+
+Layouts and types come from the module's descriptors: inputs are cast and packed into the
+module's I/O format (chw16, dla_linear, …) and outputs unpacked to the model's shapes and
+types (numpy arrays, which are DLPack producers). Submissions from several threads and
+streams may overlap; tasks of one module run one at a time on its single arena.
+``close()`` (or leaving ``with``) waits for queued work, then releases buffers, modules and
+streams, in that order. The same engine backs ``pydla.cudla``, with the same checks.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pydla.engine import layout
+from pydla.engine import stream as engine_stream
+from pydla.engine.device import TASK_STATISTICS, DlaDevice
+from pydla.engine.faults import ClosedError, InvalidParamError
+from pydla.engine.memory import MEMORY
+from pydla.engine.stats import LayerTime, TaskStatistics, decode_task_statistics
+from pydla.engine.task import RawTask, plan_task
+from pydla.formats import TensorDescriptor
+
+pack_tensor = layout.pack
+unpack_tensor = layout.unpack
+tensor_format = layout.format_of
+
+__all__ = ["Device", "Event", "LayerTime", "Module", "Stream", "TaskStatistics",
+           "decode_task_statistics", "pack_tensor", "tensor_format", "unpack_tensor"]
+
+
+class _Closable:
+    _closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"this {type(self).__name__} was closed")
+
+    def __enter__(self) -> Any:  # noqa: ANN401
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Event(_Closable):
+    """A point in a stream's work; made by ``Stream.record``."""
+
+    def __init__(self, event: engine_stream.Event) -> None:
+        self._event = event
+
+    def synchronize(self) -> None:
+        self._check_open()
+        self._event.synchronize()
+
+    def query(self) -> bool:
+        self._check_open()
+        return self._event.query()
+
+    def elapsed_ms(self, end: Event) -> float:
+        return self._event.elapsed_ms(end._event)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._event.close()
+
+
+class Stream(_Closable):
+    """An in-order queue of work; ``int(stream)`` is its handle for ``pydla.cudla`` and
+    ``pydla.runtime`` calls."""
+
+    def __init__(self, non_blocking: bool = True) -> None:
+        self._stream = engine_stream.Stream(engine_stream.NON_BLOCKING if non_blocking else 0)
+
+    def __int__(self) -> int:
+        return self._stream.handle
+
+    def _enqueue(self, op: engine_stream.Op) -> None:
+        self._check_open()
+        self._stream.enqueue(op)
+
+    def synchronize(self) -> None:
+        """Wait for the queued work; raise the first failure reported on the stream."""
+        self._check_open()
+        error = self._stream.synchronize()
+        if error is not None:
+            raise error
+
+    def record(self) -> Event:
+        self._check_open()
+        event = engine_stream.Event()
+        event.record(self._stream.handle)
+        return Event(event)
+
+    def wait(self, event: Event) -> None:
+        """Later work on this stream waits for ``event``."""
+        self._enqueue(event._event.make_wait())
+
+    def close(self) -> None:
+        if not self._closed:
+            self._stream.wait_idle()
+            self._closed = True
+            self._stream.close()
+
+
+@dataclass
+class _Buffers:
+    """Registered device buffers for one submission in flight."""
+
+    inputs: list[tuple[int, np.ndarray]]
+    outputs: list[tuple[int, np.ndarray]]
+
+
+class Module(_Closable):
+    """A loaded module with its own cuDLA device handle (one loadable per handle)."""
+
+    def __init__(self, device: Device, data: bytes) -> None:
+        self._device = device
+        self._dev = DlaDevice(device.index)
+        self._mod = self._dev.load(data, 0)
+        program = self._mod.loaded.program
+        self._inputs = [(program.tensors[io.tensor], io.descriptor) for io in program.inputs]
+        self._outputs = [(program.tensors[io.tensor], io.descriptor) for io in program.outputs]
+        self._free: list[_Buffers] = []
+        self._all: list[_Buffers] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._inflight = 0
+
+    input_names = property(lambda self: [t.name for t, _ in self._inputs])
+    output_names = property(lambda self: [t.name for t, _ in self._outputs])
+    layer_names = property(lambda self: list(self._mod.layer_names))
+
+    @property
+    def input_descriptors(self) -> list[TensorDescriptor]:
+        return [d for _, d in self._inputs]
+
+    @property
+    def output_descriptors(self) -> list[TensorDescriptor]:
+        return [d for _, d in self._outputs]
+
+    # -- buffers -----------------------------------------------------------------------
+    def _allocate(self, desc: TensorDescriptor, flags: int = 0) -> tuple[int, np.ndarray]:
+        ptr = MEMORY.allocate(desc.size)
+        self._dev.register(ptr, desc.size, flags)
+        return ptr, MEMORY.view(ptr, desc.size)
+
+    def _acquire(self) -> _Buffers:
+        with self._lock:
+            self._check_open()
+            self._inflight += 1
+            if self._free:
+                return self._free.pop()
+        bufs = _Buffers([self._allocate(d) for _, d in self._inputs],
+                        [self._allocate(d) for _, d in self._outputs])
+        with self._lock:
+            self._all.append(bufs)
+        return bufs
+
+    def _release(self, bufs: _Buffers) -> None:
+        with self._lock:
+            self._free.append(bufs)
+            self._inflight -= 1
+            self._idle.notify_all()
+
+    # -- running -----------------------------------------------------------------------
+    def _arrays(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
+        names = self.input_names
+        if isinstance(inputs, Mapping):
+            if sorted(inputs) != sorted(names):
+                raise InvalidParamError(f"inputs {sorted(inputs)} given, the module takes "
+                                        f"{names}")
+            inputs = [inputs[n] for n in names]
+        if len(inputs) != len(names):
+            raise InvalidParamError(f"{len(inputs)} inputs given, the module takes {len(names)}")
+        arrays = []
+        for x, (tensor, _) in zip(inputs, self._inputs):
+            arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+            if tuple(arr.shape) != tensor.shape:
+                raise InvalidParamError(f"input {tensor.name!r} has shape {tuple(arr.shape)}, "
+                                        f"the module takes {tensor.shape}")
+            arrays.append(arr)
+        return arrays
+
+    def _outputs_of(self, bufs: _Buffers) -> list[np.ndarray]:
+        return [layout.unpack(view, desc).reshape(t.shape).astype(t.dtype.np, copy=False)
+                for (t, desc), (_, view) in zip(self._outputs, bufs.outputs)]
+
+    def submit(self, inputs: Sequence[Any] | Mapping[str, Any],
+               stream: Stream | None = None) -> Future[list[np.ndarray]]:
+        """Queue one inference on ``stream`` (the device's default stream when None); the
+        future's result is the list of outputs."""
+        target = stream or self._device.default_stream
+        arrays = self._arrays(inputs)
+        bufs = self._acquire()
+        try:
+            for x, (_, desc), (_, view) in zip(arrays, self._inputs, bufs.inputs):
+                layout.pack(x, desc, out=view)
+            plan = plan_task(self._dev, RawTask(self._mod.handle,
+                                                tuple(p for p, _ in bufs.inputs),
+                                                tuple(p for p, _ in bufs.outputs), 0, 0))
+        except BaseException:
+            self._release(bufs)
+            raise
+        future: Future[list[np.ndarray]] = Future()
+
+        def run() -> None:
+            try:
+                self._dev.run_plan(plan)
+                outputs = self._outputs_of(bufs)
+            except BaseException as e:  # the future carries it to whoever waits
+                self._release(bufs)
+                future.set_exception(e)
+            else:
+                self._release(bufs)
+                future.set_result(outputs)
+
+        try:
+            target._enqueue(run)
+        except BaseException:
+            self._release(bufs)
+            raise
+        return future
+
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
+        """One inference, waited for."""
+        return self.submit(inputs).result()
+
+    def profile(self, inputs: Sequence[Any] | Mapping[str, Any]
+                ) -> tuple[list[np.ndarray], TaskStatistics]:
+        """One inference with a task-statistics buffer: outputs and per-layer times."""
+        arrays = self._arrays(inputs)
+        bufs = self._acquire()
+        stats_ptr, stats_view = self._allocate(self._mod.stats_descriptors[0], TASK_STATISTICS)
+        try:
+            for x, (_, desc), (_, view) in zip(arrays, self._inputs, bufs.inputs):
+                layout.pack(x, desc, out=view)
+            outs = tuple(p for p, _ in bufs.outputs) + (stats_ptr,)
+            plan = plan_task(self._dev, RawTask(self._mod.handle,
+                                                tuple(p for p, _ in bufs.inputs), outs, 0, 0))
+            self._dev.run_plan(plan)
+            return self._outputs_of(bufs), decode_task_statistics(stats_view)
+        finally:
+            self._dev.unregister(stats_ptr)
+            MEMORY.free(stats_ptr)
+            self._release(bufs)
+
+    def close(self) -> None:
+        """Wait for this module's queued inferences, then free its buffers and handle."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            while self._inflight:
+                self._idle.wait()
+        for bufs in self._all:
+            for ptr, _ in bufs.inputs + bufs.outputs:
+                self._dev.unregister(ptr)
+                MEMORY.free(ptr)
+        self._all.clear()
+        self._free.clear()
+        self._dev.destroy()
+        self._device._forget(self)
+
+
+class Device(_Closable):
+    """The CPU DLA device: loads modules, makes streams."""
+
+    def __init__(self, index: int = 0) -> None:
+        DlaDevice(index).destroy()  # validates the index now, as create_device would
+        self.index = index
+        self._modules: list[Module] = []
+        self._streams: list[Stream] = []
+        self._lock = threading.Lock()
+        self.default_stream = Stream()
+
+    def load(self, source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Module:
+        """Load a loadable from a file path or from bytes."""
+        self._check_open()
+        if isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as f:
+                data = f.read()
+        else:
+            data = bytes(source)
+        module = Module(self, data)
+        with self._lock:
+            self._modules.append(module)
+        return module
+
+    def stream(self, non_blocking: bool = True) -> Stream:
+        self._check_open()
+        s = Stream(non_blocking)
+        with self._lock:
+            self._streams.append(s)
+        return s
+
+    def synchronize(self) -> None:
+        for s in [self.default_stream, *self._streams]:
+            if not s._closed:
+                s.synchronize()
+
+    def _forget(self, module: Module) -> None:
+        with self._lock:
+            if module in self._modules:
+                self._modules.remove(module)
+
+    def close(self) -> None:
+        """Drain the streams, then close modules (buffers, handles), then the streams."""
+        if self._closed:
+            return
+        self._closed = True
+        streams = [self.default_stream, *self._streams]
+        for s in streams:
+            if not s._closed:
+                s._stream.wait_idle()
+        for module in list(self._modules):
+            module.close()
+        for s in streams:
+            s.close()

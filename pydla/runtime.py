@@ -1,0 +1,228 @@
+"""``cuda.bindings.runtime`` for the CPU device: the subset cuDLA programs use.
+
+Calls return tuples whose first element is a ``cudaError_t`` (``err, ptr =
+cudaMalloc(n)``); a failed call returns None for its values. Device memory is 64-byte
+aligned host memory owned by pydla; ``cudaMemcpyAsync`` takes such addresses, or numpy
+arrays (any contiguous buffer) on the host side. Streams are ``driver.CUstream`` objects,
+as in cuda-bindings 13, shared with ``pydla.driver`` and ``pydla.cudla.submit_task``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+from pydla.driver import CUevent, CUstream
+from pydla.engine import faults, hostcuda
+from pydla.engine.device import DEVICE_COUNT
+from pydla.engine.stream import EVENTS, STREAMS, Event, Stream, synchronize, synchronize_all
+
+cudaStream_t = CUstream  # noqa: N816  (CUDA's names)
+cudaEvent_t = CUevent  # noqa: N816
+
+cudaStreamDefault = 0  # noqa: N816
+cudaStreamNonBlocking = 1  # noqa: N816
+cudaEventDefault = 0  # noqa: N816
+cudaEventBlockingSync = 1  # noqa: N816
+cudaEventDisableTiming = 2  # noqa: N816
+cudaEventInterprocess = 4  # noqa: N816
+
+
+class cudaError_t(IntEnum):  # noqa: N801
+    cudaSuccess = 0
+    cudaErrorInvalidValue = 1
+    cudaErrorMemoryAllocation = 2
+    cudaErrorInitializationError = 3
+    cudaErrorInvalidHostPointer = 16
+    cudaErrorInvalidDevicePointer = 17
+    cudaErrorInvalidMemcpyDirection = 21
+    cudaErrorNoDevice = 100
+    cudaErrorInvalidDevice = 101
+    cudaErrorInvalidResourceHandle = 400
+    cudaErrorIllegalState = 401
+    cudaErrorNotReady = 600
+    cudaErrorIllegalAddress = 700
+    cudaErrorLaunchTimeout = 702
+    cudaErrorContextIsDestroyed = 709
+    cudaErrorLaunchFailure = 719
+    cudaErrorNotPermitted = 800
+    cudaErrorNotSupported = 801
+    cudaErrorExternalDevice = 911
+    cudaErrorUnknown = 999
+
+
+class cudaMemcpyKind(IntEnum):  # noqa: N801
+    cudaMemcpyHostToHost = hostcuda.HOST_TO_HOST
+    cudaMemcpyHostToDevice = hostcuda.HOST_TO_DEVICE
+    cudaMemcpyDeviceToHost = hostcuda.DEVICE_TO_HOST
+    cudaMemcpyDeviceToDevice = hostcuda.DEVICE_TO_DEVICE
+    cudaMemcpyDefault = hostcuda.DEFAULT
+
+
+_E = cudaError_t
+_ERROR_OF = hostcuda.first_match((
+    (faults.InvalidResourceError, _E.cudaErrorInvalidResourceHandle),
+    (faults.MemcpyDirectionError, _E.cudaErrorInvalidMemcpyDirection),
+    (faults.InvalidDeviceError, _E.cudaErrorInvalidDevice),
+    (faults.NotReadyError, _E.cudaErrorNotReady),
+    (faults.InvalidAddressError, _E.cudaErrorInvalidValue),
+    (faults.InvalidParamError, _E.cudaErrorInvalidValue),
+    (MemoryError, _E.cudaErrorMemoryAllocation),
+    (faults.TaskTimeoutError, _E.cudaErrorLaunchTimeout),
+), _E.cudaErrorLaunchFailure)  # anything else came from work on a stream
+
+
+def _api(values: int = 0) -> Any:
+    return hostcuda.cuda_api(_ERROR_OF, _E.cudaSuccess, values)
+
+
+@_api(values=1)
+def cudaGetDeviceCount() -> int:  # noqa: N802
+    return DEVICE_COUNT
+
+
+@_api()
+def cudaSetDevice(device: int) -> None:  # noqa: N802
+    if not 0 <= int(device) < DEVICE_COUNT:
+        raise faults.InvalidDeviceError(f"device {device} does not exist")
+
+
+@_api(values=1)
+def cudaGetDevice() -> int:  # noqa: N802
+    return 0
+
+
+@_api()
+def cudaDeviceSynchronize() -> None:  # noqa: N802
+    error = synchronize_all()
+    if error is not None:
+        raise error
+
+
+@_api(values=1)
+def cudaMalloc(size: int) -> int:  # noqa: N802
+    return hostcuda.malloc(int(size))
+
+
+@_api()
+def cudaFree(devPtr: Any) -> None:  # noqa: N802, N803
+    hostcuda.free(int(devPtr))
+
+
+@_api()
+def cudaMemcpy(dst: Any, src: Any, count: int, kind: int) -> None:  # noqa: N802
+    hostcuda.memcpy(dst, src, int(count), int(kind), 0)
+
+
+@_api()
+def cudaMemcpyAsync(dst: Any, src: Any, count: int, kind: int, stream: Any) -> None:  # noqa: N802
+    hostcuda.memcpy(dst, src, int(count), int(kind), hostcuda.stream_handle(stream))
+
+
+@_api()
+def cudaMemset(devPtr: Any, value: int, count: int) -> None:  # noqa: N802, N803
+    hostcuda.memset(devPtr, int(value), int(count), 0)
+
+
+@_api()
+def cudaMemsetAsync(devPtr: Any, value: int, count: int, stream: Any) -> None:  # noqa: N802, N803
+    hostcuda.memset(devPtr, int(value), int(count), hostcuda.stream_handle(stream))
+
+
+@_api(values=1)
+def cudaStreamCreate() -> CUstream:  # noqa: N802
+    return CUstream(Stream().handle)
+
+
+@_api(values=1)
+def cudaStreamCreateWithFlags(flags: int) -> CUstream:  # noqa: N802
+    if int(flags) & ~cudaStreamNonBlocking:
+        raise faults.InvalidParamError(f"unknown stream flags {flags}")
+    return CUstream(Stream(int(flags)).handle)
+
+
+@_api()
+def cudaStreamDestroy(stream: Any) -> None:  # noqa: N802
+    STREAMS.get(hostcuda.stream_handle(stream)).close()
+
+
+@_api()
+def cudaStreamSynchronize(stream: Any) -> None:  # noqa: N802
+    error = synchronize(hostcuda.stream_handle(stream))
+    if error is not None:
+        raise error
+
+
+@_api()
+def cudaStreamQuery(stream: Any) -> None:  # noqa: N802
+    handle = hostcuda.stream_handle(stream)
+    if handle and not STREAMS.get(handle).query():
+        raise faults.NotReadyError("the stream has work in flight")
+
+
+@_api()
+def cudaStreamWaitEvent(stream: Any, event: Any, flags: int = 0) -> None:  # noqa: N802
+    wait = EVENTS.get(int(event)).make_wait()
+    handle = hostcuda.stream_handle(stream)
+    if handle:
+        STREAMS.get(handle).enqueue(wait)
+    else:
+        wait()
+
+
+@_api(values=1)
+def cudaEventCreate() -> CUevent:  # noqa: N802
+    return CUevent(Event().handle)
+
+
+@_api(values=1)
+def cudaEventCreateWithFlags(flags: int) -> CUevent:  # noqa: N802
+    return CUevent(Event(int(flags)).handle)
+
+
+@_api()
+def cudaEventRecord(event: Any, stream: Any) -> None:  # noqa: N802
+    EVENTS.get(int(event)).record(hostcuda.stream_handle(stream))
+
+
+@_api()
+def cudaEventSynchronize(event: Any) -> None:  # noqa: N802
+    EVENTS.get(int(event)).synchronize()
+
+
+@_api()
+def cudaEventQuery(event: Any) -> None:  # noqa: N802
+    if not EVENTS.get(int(event)).query():
+        raise faults.NotReadyError("the event has not completed")
+
+
+@_api()
+def cudaEventDestroy(event: Any) -> None:  # noqa: N802
+    EVENTS.get(int(event)).close()
+
+
+@_api(values=1)
+def cudaEventElapsedTime(start: Any, end: Any) -> float:  # noqa: N802
+    return EVENTS.get(int(start)).elapsed_ms(EVENTS.get(int(end)))
+
+
+_TEXT = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initialization error",
+         16: "invalid host pointer", 17: "invalid device pointer",
+         21: "invalid copy direction for memcpy", 100: "no CUDA-capable device is detected",
+         101: "invalid device ordinal", 400: "invalid resource handle",
+         401: "the operation cannot be performed in the present state",
+         600: "device not ready", 700: "an illegal memory access was encountered",
+         702: "the launch timed out and was terminated", 709: "context is destroyed",
+         719: "unspecified launch failure", 800: "operation not permitted",
+         801: "operation not supported", 911: "external device error", 999: "unknown error"}
+
+
+def cudaGetErrorName(error: int) -> tuple[cudaError_t, bytes]:  # noqa: N802
+    try:
+        return _E.cudaSuccess, cudaError_t(error).name.encode()
+    except ValueError:
+        return _E.cudaSuccess, b"unrecognized error code"
+
+
+def cudaGetErrorString(error: int) -> tuple[cudaError_t, bytes]:  # noqa: N802
+    return _E.cudaSuccess, _TEXT.get(int(error), "unrecognized error code").encode()
