@@ -22,7 +22,7 @@ import numpy as np
 from pydla import cudla, driver, runtime
 
 
-def check(result: tuple) -> object:  # noqa: ANN001
+def check(result: tuple) -> object:
     """cuda-bindings calls return (status, value…): fail loudly, return the value(s)."""
     err, *values = result
     if err != 0:
@@ -93,7 +93,7 @@ def run_nine_steps(loadable: bytes, host_inputs: list[np.ndarray]) -> list[np.nd
 
 
 # -- the model (build time: needs onnx; the nine steps above do not) ---------------------
-def conv_net(dtype: type = np.float32, seed: int = 0):  # noqa: ANN201  (an onnx.ModelProto)
+def conv_net(dtype: type = np.float32, seed: int = 0):  # an onnx.ModelProto
     """x[1,3,16,16] → Conv 3×3 (8) → Relu → ``features``; → Conv 1×1 (4) + x-projection
     → ``logits``. Two outputs, so the task has lists of tensors."""
     from onnx import TensorProto, helper, numpy_helper

@@ -17,7 +17,7 @@ from pydla import cudla
 from pydla.api import pack_tensor, unpack_tensor
 
 
-def build_chw16(model) -> bytes:  # noqa: ANN001  (an onnx.ModelProto)
+def build_chw16(model) -> bytes:  # an onnx.ModelProto
     from pydla.builder import BuildOptions, build
     from pydla.dtypes import DType
     from pydla.plan.lower import IOFormat

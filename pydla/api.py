@@ -19,6 +19,7 @@ streams, in that order. The same engine backs ``pydla.cudla``, with the same che
 
 from __future__ import annotations
 
+import abc
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -30,8 +31,8 @@ import numpy as np
 
 from pydla.engine import layout
 from pydla.engine import stream as engine_stream
-from pydla.engine.device import TASK_STATISTICS, DlaDevice
-from pydla.engine.faults import ClosedError, InvalidParamError
+from pydla.engine.device import DEVICE_COUNT, TASK_STATISTICS, DlaDevice
+from pydla.engine.faults import ClosedError, InvalidDeviceError, InvalidParamError
 from pydla.engine.memory import MEMORY
 from pydla.engine.stats import LayerTime, TaskStatistics, decode_task_statistics
 from pydla.engine.task import RawTask, plan_task
@@ -45,21 +46,22 @@ __all__ = ["Device", "Event", "LayerTime", "Module", "Stream", "TaskStatistics",
            "decode_task_statistics", "pack_tensor", "tensor_format", "unpack_tensor"]
 
 
-class _Closable:
+class _Closable(abc.ABC):
     _closed = False
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError(f"this {type(self).__name__} was closed")
 
-    def __enter__(self) -> Any:  # noqa: ANN401
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Release what the object holds; later calls do nothing."""
 
 
 class Event(_Closable):
@@ -287,7 +289,8 @@ class Device(_Closable):
     """The CPU DLA device: loads modules, makes streams."""
 
     def __init__(self, index: int = 0) -> None:
-        DlaDevice(index).destroy()  # validates the index now, as create_device would
+        if not 0 <= index < DEVICE_COUNT:
+            raise InvalidDeviceError(f"device {index} does not exist (there are {DEVICE_COUNT})")
         self.index = index
         self._modules: list[Module] = []
         self._streams: list[Stream] = []

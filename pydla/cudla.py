@@ -112,7 +112,7 @@ def _funnel() -> Iterator[None]:
         raise CudlaError(status_of(e)) from e
 
 
-def _device(handle: Any) -> DlaDevice:  # noqa: ANN401
+def _device(handle: Any) -> DlaDevice:
     return DEVICES.get(operator.index(handle))
 
 
@@ -152,7 +152,7 @@ def mem_unregister(dev_handle: int, dev_ptr: int) -> None:
         _device(dev_handle).unregister(operator.index(dev_ptr))
 
 
-def module_load_from_memory(dev_handle: int, p_module: Any, module_size: int,  # noqa: ANN401
+def module_load_from_memory(dev_handle: int, p_module: Any, module_size: int,
                             flags: int) -> int:
     with _funnel():
         dev = _device(dev_handle)
@@ -160,7 +160,7 @@ def module_load_from_memory(dev_handle: int, p_module: Any, module_size: int,  #
         return dev.load(_module_bytes(p_module, module_size), flags).handle
 
 
-def _module_bytes(p_module: Any, size: int) -> bytes:  # noqa: ANN401
+def _module_bytes(p_module: Any, size: int) -> bytes:
     """A private copy of the loadable (the device keeps its own, as cuDLA does)."""
     if isinstance(p_module, int):
         if size <= 0:
@@ -186,7 +186,7 @@ _DESCRIPTORS = {ModuleAttributeType.INPUT_TENSOR_DESCRIPTORS: "input_descriptors
                 ModuleAttributeType.OUTPUT_TASK_STATISTICS_DESCRIPTORS: "stats_descriptors"}
 
 
-def module_get_attributes(h_module: int, attr_type: int) -> Any:  # noqa: ANN401
+def module_get_attributes(h_module: int, attr_type: int) -> Any:
     """An int for the NUM_* kinds; a list of read-only ModuleTensorDescriptor copies for the
     *_DESCRIPTORS kinds."""
     attr_type = operator.index(attr_type)
@@ -237,7 +237,7 @@ def get_last_error(dev_handle: int) -> int:
     never raises. Success does not mean the task has finished."""
     try:
         dev = DEVICES.get(operator.index(dev_handle))
-    except Exception:  # noqa: BLE001  (never raises, as upstream)
+    except Exception:  # never raises, as upstream
         return int(Status.ErrorInvalidDevice)
     return int(status_of(dev.last_fault))
 

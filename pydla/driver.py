@@ -38,12 +38,12 @@ class CUresult(IntEnum):
     CUDA_ERROR_UNKNOWN = 999
 
 
-class CUstream_flags(IntEnum):  # noqa: N801  (CUDA's name)
+class CUstream_flags(IntEnum):  # CUDA's name
     CU_STREAM_DEFAULT = 0
     CU_STREAM_NON_BLOCKING = 1
 
 
-class CUevent_flags(IntEnum):  # noqa: N801
+class CUevent_flags(IntEnum):
     CU_EVENT_DEFAULT = 0
     CU_EVENT_BLOCKING_SYNC = 1
     CU_EVENT_DISABLE_TIMING = 2
@@ -99,7 +99,7 @@ _ERROR_OF = hostcuda.first_match((
 ), CUresult.CUDA_ERROR_LAUNCH_FAILED)  # anything else came from work on a stream
 
 
-def _api(values: int = 0) -> Any:  # noqa: ANN401
+def _api(values: int = 0) -> Any:
     return hostcuda.cuda_api(_ERROR_OF, CUresult.CUDA_SUCCESS, values)
 
 
@@ -112,7 +112,7 @@ def _need_init() -> None:
 
 
 @_api()
-def cuInit(Flags: int) -> None:  # noqa: N802, N803  (CUDA's names)
+def cuInit(Flags: int) -> None:
     global _initialized
     if int(Flags) != 0:
         raise faults.InvalidParamError("cuInit flags must be 0")
@@ -120,18 +120,18 @@ def cuInit(Flags: int) -> None:  # noqa: N802, N803  (CUDA's names)
 
 
 @_api(values=1)
-def cuDriverGetVersion() -> int:  # noqa: N802
+def cuDriverGetVersion() -> int:
     return 13000
 
 
 @_api(values=1)
-def cuDeviceGetCount() -> int:  # noqa: N802
+def cuDeviceGetCount() -> int:
     _need_init()
     return DEVICE_COUNT
 
 
 @_api(values=1)
-def cuDeviceGet(ordinal: int) -> CUdevice:  # noqa: N802
+def cuDeviceGet(ordinal: int) -> CUdevice:
     _need_init()
     if not 0 <= int(ordinal) < DEVICE_COUNT:
         raise faults.InvalidDeviceError(f"device {ordinal} does not exist")
@@ -139,7 +139,7 @@ def cuDeviceGet(ordinal: int) -> CUdevice:  # noqa: N802
 
 
 @_api(values=1)
-def cuStreamCreate(Flags: int) -> CUstream:  # noqa: N802, N803
+def cuStreamCreate(Flags: int) -> CUstream:
     _need_init()
     if int(Flags) & ~_NON_BLOCKING:
         raise faults.InvalidParamError(f"unknown stream flags {Flags}")
@@ -147,13 +147,13 @@ def cuStreamCreate(Flags: int) -> CUstream:  # noqa: N802, N803
 
 
 @_api()
-def cuStreamDestroy(hStream: Any) -> None:  # noqa: N802, N803, ANN401
+def cuStreamDestroy(hStream: Any) -> None:
     _need_init()
     STREAMS.get(hostcuda.stream_handle(hStream)).close()
 
 
 @_api()
-def cuStreamSynchronize(hStream: Any) -> None:  # noqa: N802, N803, ANN401
+def cuStreamSynchronize(hStream: Any) -> None:
     _need_init()
     error = synchronize(hostcuda.stream_handle(hStream))
     if error is not None:
@@ -161,7 +161,7 @@ def cuStreamSynchronize(hStream: Any) -> None:  # noqa: N802, N803, ANN401
 
 
 @_api()
-def cuStreamQuery(hStream: Any) -> None:  # noqa: N802, N803, ANN401
+def cuStreamQuery(hStream: Any) -> None:
     _need_init()
     handle = hostcuda.stream_handle(hStream)
     if handle and not STREAMS.get(handle).query():
@@ -169,7 +169,7 @@ def cuStreamQuery(hStream: Any) -> None:  # noqa: N802, N803, ANN401
 
 
 @_api()
-def cuStreamWaitEvent(hStream: Any, hEvent: Any, Flags: int) -> None:  # noqa: N802, N803, ANN401
+def cuStreamWaitEvent(hStream: Any, hEvent: Any, Flags: int) -> None:
     _need_init()
     wait = EVENTS.get(int(hEvent)).make_wait()
     handle = hostcuda.stream_handle(hStream)
@@ -180,44 +180,44 @@ def cuStreamWaitEvent(hStream: Any, hEvent: Any, Flags: int) -> None:  # noqa: N
 
 
 @_api(values=1)
-def cuEventCreate(Flags: int) -> CUevent:  # noqa: N802, N803
+def cuEventCreate(Flags: int) -> CUevent:
     _need_init()
     return CUevent(Event(int(Flags)).handle)
 
 
 @_api()
-def cuEventRecord(hEvent: Any, hStream: Any) -> None:  # noqa: N802, N803, ANN401
+def cuEventRecord(hEvent: Any, hStream: Any) -> None:
     _need_init()
     EVENTS.get(int(hEvent)).record(hostcuda.stream_handle(hStream))
 
 
 @_api()
-def cuEventSynchronize(hEvent: Any) -> None:  # noqa: N802, N803, ANN401
+def cuEventSynchronize(hEvent: Any) -> None:
     _need_init()
     EVENTS.get(int(hEvent)).synchronize()
 
 
 @_api()
-def cuEventQuery(hEvent: Any) -> None:  # noqa: N802, N803, ANN401
+def cuEventQuery(hEvent: Any) -> None:
     _need_init()
     if not EVENTS.get(int(hEvent)).query():
         raise faults.NotReadyError("the event has not completed")
 
 
 @_api()
-def cuEventDestroy(hEvent: Any) -> None:  # noqa: N802, N803, ANN401
+def cuEventDestroy(hEvent: Any) -> None:
     _need_init()
     EVENTS.get(int(hEvent)).close()
 
 
 @_api(values=1)
-def cuEventElapsedTime(hStart: Any, hEnd: Any) -> float:  # noqa: N802, N803, ANN401
+def cuEventElapsedTime(hStart: Any, hEnd: Any) -> float:
     _need_init()
     return EVENTS.get(int(hStart)).elapsed_ms(EVENTS.get(int(hEnd)))
 
 
 @_api(values=1)
-def cuMemAlloc(bytesize: int) -> CUdeviceptr:  # noqa: N802
+def cuMemAlloc(bytesize: int) -> CUdeviceptr:
     _need_init()
     if int(bytesize) == 0:
         raise faults.InvalidParamError("cuMemAlloc of 0 bytes")
@@ -225,42 +225,42 @@ def cuMemAlloc(bytesize: int) -> CUdeviceptr:  # noqa: N802
 
 
 @_api()
-def cuMemFree(dptr: Any) -> None:  # noqa: N802, ANN401
+def cuMemFree(dptr: Any) -> None:
     _need_init()
     hostcuda.free(int(dptr))
 
 
 @_api()
-def cuMemcpyHtoDAsync(dstDevice: Any, srcHost: Any, ByteCount: int,  # noqa: N802, N803, ANN401
-                      hStream: Any) -> None:  # noqa: N803, ANN401
+def cuMemcpyHtoDAsync(dstDevice: Any, srcHost: Any, ByteCount: int,
+                      hStream: Any) -> None:
     _need_init()
     hostcuda.memcpy(dstDevice, srcHost, int(ByteCount), hostcuda.HOST_TO_DEVICE,
                     hostcuda.stream_handle(hStream))
 
 
 @_api()
-def cuMemcpyDtoHAsync(dstHost: Any, srcDevice: Any, ByteCount: int,  # noqa: N802, N803, ANN401
-                      hStream: Any) -> None:  # noqa: N803, ANN401
+def cuMemcpyDtoHAsync(dstHost: Any, srcDevice: Any, ByteCount: int,
+                      hStream: Any) -> None:
     _need_init()
     hostcuda.memcpy(dstHost, srcDevice, int(ByteCount), hostcuda.DEVICE_TO_HOST,
                     hostcuda.stream_handle(hStream))
 
 
 @_api()
-def cuMemcpyDtoDAsync(dstDevice: Any, srcDevice: Any, ByteCount: int,  # noqa: N802, N803, ANN401
-                      hStream: Any) -> None:  # noqa: N803, ANN401
+def cuMemcpyDtoDAsync(dstDevice: Any, srcDevice: Any, ByteCount: int,
+                      hStream: Any) -> None:
     _need_init()
     hostcuda.memcpy(dstDevice, srcDevice, int(ByteCount), hostcuda.DEVICE_TO_DEVICE,
                     hostcuda.stream_handle(hStream))
 
 
 @_api()
-def cuMemsetD8Async(dstDevice: Any, uc: int, N: int, hStream: Any) -> None:  # noqa: N802, N803, ANN401
+def cuMemsetD8Async(dstDevice: Any, uc: int, N: int, hStream: Any) -> None:
     _need_init()
     hostcuda.memset(dstDevice, int(uc), int(N), hostcuda.stream_handle(hStream))
 
 
-def cuGetErrorName(error: int) -> tuple[CUresult, bytes | None]:  # noqa: N802
+def cuGetErrorName(error: int) -> tuple[CUresult, bytes | None]:
     try:
         return CUresult.CUDA_SUCCESS, CUresult(error).name.encode()
     except ValueError:
@@ -277,7 +277,7 @@ _TEXT = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initializ
          911: "external device error", 999: "unknown error"}
 
 
-def cuGetErrorString(error: int) -> tuple[CUresult, bytes | None]:  # noqa: N802
+def cuGetErrorString(error: int) -> tuple[CUresult, bytes | None]:
     if int(error) not in _TEXT:
         return CUresult.CUDA_ERROR_INVALID_VALUE, None
     return CUresult.CUDA_SUCCESS, _TEXT[int(error)].encode()

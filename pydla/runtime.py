@@ -17,18 +17,18 @@ from pydla.engine import faults, hostcuda
 from pydla.engine.device import DEVICE_COUNT
 from pydla.engine.stream import EVENTS, STREAMS, Event, Stream, synchronize, synchronize_all
 
-cudaStream_t = CUstream  # noqa: N816  (CUDA's names)
-cudaEvent_t = CUevent  # noqa: N816
+cudaStream_t = CUstream  # CUDA's names
+cudaEvent_t = CUevent
 
-cudaStreamDefault = 0  # noqa: N816
-cudaStreamNonBlocking = 1  # noqa: N816
-cudaEventDefault = 0  # noqa: N816
-cudaEventBlockingSync = 1  # noqa: N816
-cudaEventDisableTiming = 2  # noqa: N816
-cudaEventInterprocess = 4  # noqa: N816
+cudaStreamDefault = 0
+cudaStreamNonBlocking = 1
+cudaEventDefault = 0
+cudaEventBlockingSync = 1
+cudaEventDisableTiming = 2
+cudaEventInterprocess = 4
 
 
-class cudaError_t(IntEnum):  # noqa: N801
+class cudaError_t(IntEnum):
     cudaSuccess = 0
     cudaErrorInvalidValue = 1
     cudaErrorMemoryAllocation = 2
@@ -51,7 +51,7 @@ class cudaError_t(IntEnum):  # noqa: N801
     cudaErrorUnknown = 999
 
 
-class cudaMemcpyKind(IntEnum):  # noqa: N801
+class cudaMemcpyKind(IntEnum):
     cudaMemcpyHostToHost = hostcuda.HOST_TO_HOST
     cudaMemcpyHostToDevice = hostcuda.HOST_TO_DEVICE
     cudaMemcpyDeviceToHost = hostcuda.DEVICE_TO_HOST
@@ -77,91 +77,91 @@ def _api(values: int = 0) -> Any:
 
 
 @_api(values=1)
-def cudaGetDeviceCount() -> int:  # noqa: N802
+def cudaGetDeviceCount() -> int:
     return DEVICE_COUNT
 
 
 @_api()
-def cudaSetDevice(device: int) -> None:  # noqa: N802
+def cudaSetDevice(device: int) -> None:
     if not 0 <= int(device) < DEVICE_COUNT:
         raise faults.InvalidDeviceError(f"device {device} does not exist")
 
 
 @_api(values=1)
-def cudaGetDevice() -> int:  # noqa: N802
+def cudaGetDevice() -> int:
     return 0
 
 
 @_api()
-def cudaDeviceSynchronize() -> None:  # noqa: N802
+def cudaDeviceSynchronize() -> None:
     error = synchronize_all()
     if error is not None:
         raise error
 
 
 @_api(values=1)
-def cudaMalloc(size: int) -> int:  # noqa: N802
+def cudaMalloc(size: int) -> int:
     return hostcuda.malloc(int(size))
 
 
 @_api()
-def cudaFree(devPtr: Any) -> None:  # noqa: N802, N803
+def cudaFree(devPtr: Any) -> None:
     hostcuda.free(int(devPtr))
 
 
 @_api()
-def cudaMemcpy(dst: Any, src: Any, count: int, kind: int) -> None:  # noqa: N802
+def cudaMemcpy(dst: Any, src: Any, count: int, kind: int) -> None:
     hostcuda.memcpy(dst, src, int(count), int(kind), 0)
 
 
 @_api()
-def cudaMemcpyAsync(dst: Any, src: Any, count: int, kind: int, stream: Any) -> None:  # noqa: N802
+def cudaMemcpyAsync(dst: Any, src: Any, count: int, kind: int, stream: Any) -> None:
     hostcuda.memcpy(dst, src, int(count), int(kind), hostcuda.stream_handle(stream))
 
 
 @_api()
-def cudaMemset(devPtr: Any, value: int, count: int) -> None:  # noqa: N802, N803
+def cudaMemset(devPtr: Any, value: int, count: int) -> None:
     hostcuda.memset(devPtr, int(value), int(count), 0)
 
 
 @_api()
-def cudaMemsetAsync(devPtr: Any, value: int, count: int, stream: Any) -> None:  # noqa: N802, N803
+def cudaMemsetAsync(devPtr: Any, value: int, count: int, stream: Any) -> None:
     hostcuda.memset(devPtr, int(value), int(count), hostcuda.stream_handle(stream))
 
 
 @_api(values=1)
-def cudaStreamCreate() -> CUstream:  # noqa: N802
+def cudaStreamCreate() -> CUstream:
     return CUstream(Stream().handle)
 
 
 @_api(values=1)
-def cudaStreamCreateWithFlags(flags: int) -> CUstream:  # noqa: N802
+def cudaStreamCreateWithFlags(flags: int) -> CUstream:
     if int(flags) & ~cudaStreamNonBlocking:
         raise faults.InvalidParamError(f"unknown stream flags {flags}")
     return CUstream(Stream(int(flags)).handle)
 
 
 @_api()
-def cudaStreamDestroy(stream: Any) -> None:  # noqa: N802
+def cudaStreamDestroy(stream: Any) -> None:
     STREAMS.get(hostcuda.stream_handle(stream)).close()
 
 
 @_api()
-def cudaStreamSynchronize(stream: Any) -> None:  # noqa: N802
+def cudaStreamSynchronize(stream: Any) -> None:
     error = synchronize(hostcuda.stream_handle(stream))
     if error is not None:
         raise error
 
 
 @_api()
-def cudaStreamQuery(stream: Any) -> None:  # noqa: N802
+def cudaStreamQuery(stream: Any) -> None:
     handle = hostcuda.stream_handle(stream)
     if handle and not STREAMS.get(handle).query():
         raise faults.NotReadyError("the stream has work in flight")
 
 
 @_api()
-def cudaStreamWaitEvent(stream: Any, event: Any, flags: int = 0) -> None:  # noqa: N802
+def cudaStreamWaitEvent(stream: Any, event: Any, flags: int = 0) -> None:
     wait = EVENTS.get(int(event)).make_wait()
     handle = hostcuda.stream_handle(stream)
     if handle:
@@ -171,38 +171,38 @@ def cudaStreamWaitEvent(stream: Any, event: Any, flags: int = 0) -> None:  # noq
 
 
 @_api(values=1)
-def cudaEventCreate() -> CUevent:  # noqa: N802
+def cudaEventCreate() -> CUevent:
     return CUevent(Event().handle)
 
 
 @_api(values=1)
-def cudaEventCreateWithFlags(flags: int) -> CUevent:  # noqa: N802
+def cudaEventCreateWithFlags(flags: int) -> CUevent:
     return CUevent(Event(int(flags)).handle)
 
 
 @_api()
-def cudaEventRecord(event: Any, stream: Any) -> None:  # noqa: N802
+def cudaEventRecord(event: Any, stream: Any) -> None:
     EVENTS.get(int(event)).record(hostcuda.stream_handle(stream))
 
 
 @_api()
-def cudaEventSynchronize(event: Any) -> None:  # noqa: N802
+def cudaEventSynchronize(event: Any) -> None:
     EVENTS.get(int(event)).synchronize()
 
 
 @_api()
-def cudaEventQuery(event: Any) -> None:  # noqa: N802
+def cudaEventQuery(event: Any) -> None:
     if not EVENTS.get(int(event)).query():
         raise faults.NotReadyError("the event has not completed")
 
 
 @_api()
-def cudaEventDestroy(event: Any) -> None:  # noqa: N802
+def cudaEventDestroy(event: Any) -> None:
     EVENTS.get(int(event)).close()
 
 
 @_api(values=1)
-def cudaEventElapsedTime(start: Any, end: Any) -> float:  # noqa: N802
+def cudaEventElapsedTime(start: Any, end: Any) -> float:
     return EVENTS.get(int(start)).elapsed_ms(EVENTS.get(int(end)))
 
 
@@ -217,12 +217,12 @@ _TEXT = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initializ
          801: "operation not supported", 911: "external device error", 999: "unknown error"}
 
 
-def cudaGetErrorName(error: int) -> tuple[cudaError_t, bytes]:  # noqa: N802
+def cudaGetErrorName(error: int) -> tuple[cudaError_t, bytes]:
     try:
         return _E.cudaSuccess, cudaError_t(error).name.encode()
     except ValueError:
         return _E.cudaSuccess, b"unrecognized error code"
 
 
-def cudaGetErrorString(error: int) -> tuple[cudaError_t, bytes]:  # noqa: N802
+def cudaGetErrorString(error: int) -> tuple[cudaError_t, bytes]:
     return _E.cudaSuccess, _TEXT.get(int(error), "unrecognized error code").encode()

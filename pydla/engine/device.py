@@ -85,7 +85,7 @@ class DlaDevice:
             raise InvalidDeviceError(f"device handle {self.handle:#x} was destroyed")
 
     # -- memory ----------------------------------------------------------------------
-    def register(self, ptr: Any, size: int, flags: int) -> int:  # noqa: ANN401
+    def register(self, ptr: Any, size: int, flags: int) -> int:
         """Register [ptr, ptr + size): ``ptr`` is an address in memory pydla knows, or a
         writable numpy array (pydla's extension: its memory becomes known)."""
         self._check_alive()

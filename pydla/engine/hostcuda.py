@@ -29,7 +29,7 @@ _DIRECTIONS = {HOST_TO_HOST: (False, False), HOST_TO_DEVICE: (True, False),
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def address(x: Any) -> int | None:  # noqa: ANN401
+def address(x: Any) -> int | None:
     """The address an int-like argument names (ints and pydla's pointer objects), or None
     for a buffer object."""
     if isinstance(x, int):
@@ -39,7 +39,7 @@ def address(x: Any) -> int | None:  # noqa: ANN401
     return int(x)
 
 
-def stream_handle(x: Any) -> int:  # noqa: ANN401
+def stream_handle(x: Any) -> int:
     """A stream argument: None or 0 (legacy stream), an int handle, or a stream object."""
     if x is None:
         return LEGACY
@@ -59,7 +59,7 @@ def free(ptr: int) -> None:
         MEMORY.free(ptr)
 
 
-def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:  # noqa: ANN401
+def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:
     addr = address(x)
     if addr is not None:
         region = MEMORY.find(addr, count, TENSOR_KINDS)
@@ -71,7 +71,7 @@ def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:  #
     return data[:count], False
 
 
-def memcpy(dst: Any, src: Any, count: int, kind: int, stream: int) -> None:  # noqa: ANN401
+def memcpy(dst: Any, src: Any, count: int, kind: int, stream: int) -> None:
     if kind not in _DIRECTIONS and kind != DEFAULT:
         raise MemcpyDirectionError(f"unknown copy kind {kind}")
     if count < 0:
@@ -89,7 +89,7 @@ def memcpy(dst: Any, src: Any, count: int, kind: int, stream: int) -> None:  # n
     run_on(stream, lambda: np.copyto(d, s))
 
 
-def memset(ptr: Any, value: int, count: int, stream: int) -> None:  # noqa: ANN401
+def memset(ptr: Any, value: int, count: int, stream: int) -> None:
     addr = address(ptr)
     if addr is None:
         raise InvalidParamError("memset takes a device pointer")
@@ -110,7 +110,7 @@ def cuda_api(error_of: Callable[[BaseException], IntEnum], success: IntEnum,
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> tuple[Any, ...]:  # noqa: ANN401
+        def call(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
             try:
                 result = fn(*args, **kwargs)
             except (PydlaError, MemoryError) as e:

@@ -17,7 +17,7 @@ from pydla.dtypes import DType
 _TYPE_OF_CODE = {code: dtype for dtype, code in formats.DATA_TYPE_CODES.items()}
 
 
-def dtype_of(desc: Any) -> DType:  # noqa: ANN401  (TensorDescriptor or ModuleTensorDescriptor)
+def dtype_of(desc: Any) -> DType:  # TensorDescriptor or ModuleTensorDescriptor
     try:
         return _TYPE_OF_CODE[int(desc.data_type)]
     except KeyError:
@@ -25,7 +25,7 @@ def dtype_of(desc: Any) -> DType:  # noqa: ANN401  (TensorDescriptor or ModuleTe
                                   f"{int(desc.data_type)}") from None
 
 
-def format_of(desc: Any) -> str:  # noqa: ANN401
+def format_of(desc: Any) -> str:
     """The TensorRT format name of a descriptor, read from its data_format and strides."""
     e = dtype_of(desc).itemsize
     c, w = int(desc.c), int(desc.w)
@@ -44,11 +44,11 @@ def format_of(desc: Any) -> str:  # noqa: ANN401
     raise formats.FormatError(f"descriptor {desc.name!r} has unknown data format {code}")
 
 
-def _shape(desc: Any) -> tuple[int, int, int, int]:  # noqa: ANN401
+def _shape(desc: Any) -> tuple[int, int, int, int]:
     return int(desc.n), int(desc.c), int(desc.h), int(desc.w)
 
 
-def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:  # noqa: ANN401
+def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:
     """A uint8 buffer of ``desc.size_`` bytes holding ``x`` (any array-like or DLPack
     tensor of the descriptor's n·c·h·w elements) in the descriptor's layout and type;
     ``out`` (uint8, ``size_`` bytes) is filled instead of a new buffer when given."""
@@ -61,12 +61,12 @@ def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:  # noq
     return out
 
 
-def unpack(buf: Any, desc: Any) -> np.ndarray:  # noqa: ANN401
+def unpack(buf: Any, desc: Any) -> np.ndarray:
     """The logical (n, c, h, w) tensor held by a buffer in the descriptor's layout."""
     data = np.frombuffer(buf, dtype=np.uint8)[:_size(desc)]
     dtype = dtype_of(desc)
     return np.array(formats.unpack(data, format_of(desc), _shape(desc), dtype))
 
 
-def _size(desc: Any) -> int:  # noqa: ANN401
+def _size(desc: Any) -> int:
     return int(desc.size_ if hasattr(desc, "size_") else desc.size)

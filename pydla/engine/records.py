@@ -84,7 +84,7 @@ class _Record:
             setattr(self, key, val)
 
     @classmethod
-    def from_buffer(cls, buffer: Any) -> Any:  # noqa: ANN401
+    def from_buffer(cls, buffer: Any) -> Any:
         """A record over the memory of a buffer of exactly ``sizeof`` bytes."""
         try:
             data = np.frombuffer(buffer, dtype=np.uint8)
@@ -95,7 +95,7 @@ class _Record:
         return cls._wrap(data.ctypes.data, not data.flags.writeable, buffer)
 
     @classmethod
-    def from_data(cls, data: Any) -> Any:  # noqa: ANN401
+    def from_data(cls, data: Any) -> Any:
         """A record over a one-element numpy array of the record's dtype."""
         if isinstance(data, cls):
             return data
@@ -108,7 +108,7 @@ class _Record:
         return cls._wrap(data.ctypes.data, not data.flags.writeable, data)
 
     @classmethod
-    def from_ptr(cls, ptr: int, readonly: bool = False, owner: Any = None) -> Any:  # noqa: ANN401
+    def from_ptr(cls, ptr: int, readonly: bool = False, owner: Any = None) -> Any:
         """A record at ``ptr``: a view when ``owner`` holds the memory, else a copy. The
         address must lie in ``owner``'s buffer or in memory pydla knows."""
         ptr = operator.index(ptr)
@@ -121,7 +121,7 @@ class _Record:
         return cls._wrap(ptr, readonly, owner)
 
     @classmethod
-    def _wrap(cls, ptr: int, readonly: bool, owner: Any) -> Any:  # noqa: ANN401
+    def _wrap(cls, ptr: int, readonly: bool, owner: Any) -> Any:
         size = ctypes.sizeof(cls)  # type: ignore[arg-type]
         try:
             data = np.frombuffer(owner, dtype=np.uint8)
@@ -160,7 +160,7 @@ class _Field:
         signed = ctype(-1).value == -1
         self.lo, self.hi = (-(1 << (bits - 1)), 1 << (bits - 1)) if signed else (0, 1 << bits)
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # noqa: ANN401
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else getattr(obj, self.c_name)
 
     def __set__(self, obj: _Record, value: Any) -> None:
@@ -186,7 +186,7 @@ class _PointerList:
     def __init__(self, ptr_field: str, count_field: str) -> None:
         self.ptr_field, self.count_field = ptr_field, count_field
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # noqa: ANN401
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
             return self
         n, p = getattr(obj, self.count_field), getattr(obj, self.ptr_field)
@@ -212,7 +212,7 @@ class _FenceList:
     def __init__(self, ptr_field: str, count_field: str) -> None:
         self.ptr_field, self.count_field = ptr_field, count_field
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # noqa: ANN401
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
             return self
         n, p = getattr(obj, self.count_field), getattr(obj, self.ptr_field)
@@ -239,7 +239,7 @@ class _FenceList:
 class _Name:
     """``char name[81]``: a str of at most 80 UTF-8 bytes, NUL-padded."""
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # noqa: ANN401
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else obj._name.decode("utf-8", "replace")
 
     def __set__(self, obj: _Record, val: str) -> None:
@@ -254,7 +254,7 @@ class _Name:
 class _Stride:
     """``uint32_t stride[8]``: reads as a uint32 array sharing the record's memory."""
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:  # noqa: ANN401
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
             return self
         arr = np.ctypeslib.as_array(obj._stride)

@@ -59,7 +59,7 @@ class Stream:
                 return
             try:
                 op()
-            except BaseException as e:  # noqa: BLE001  (kept for the next synchronize)
+            except BaseException as e:  # kept for the next synchronize
                 with self._cv:
                     if self._error is None:
                         self._error = e

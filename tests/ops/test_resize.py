@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
 from pydla.errors import ModelImportError
-from tests.oracle import check_against_ort, make_model, run_pydla
+from tests.oracle import assert_close, check_against_ort, make_model, run_pydla
 
 COORDINATE_MODES = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
                     "asymmetric", "tf_half_pixel_for_nn"]
@@ -34,17 +35,37 @@ def _check(model, shape=SHAPE, dtype=np.float32, **kw):
     check_against_ort(model, {"x": _data(shape, dtype)}, **kw)
 
 
-@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
-@pytest.mark.parametrize("coord", COORDINATE_MODES)
+# tf_half_pixel_for_nn is a nearest-only mode (onnxruntime's linear and cubic kernels do not
+# follow the spec formula for it).
+@pytest.mark.parametrize("mode,coord", [(m, c) for m in ("nearest", "linear", "cubic")
+                                        for c in COORDINATE_MODES
+                                        if m == "nearest" or c != "tf_half_pixel_for_nn"])
 @pytest.mark.parametrize("scale", [2.0, 0.5, 1.5])
 def test_resize_scales(mode, coord, scale):
-    if coord == "tf_half_pixel_for_nn" and mode != "nearest":
-        pytest.skip("tf_half_pixel_for_nn is a nearest-only mode (onnxruntime's linear and "
-                    "cubic kernels do not follow the spec formula for it)")
     model = _resize_model(SHAPE, scales=[1, 1, scale, scale], mode=mode,
                           coordinate_transformation_mode=coord,
                           opset=13 if coord == "tf_half_pixel_for_nn" else 19)
     _check(model)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("coord", ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                                   "asymmetric"])
+def test_resize_fractional_scales(mode, coord):
+    # 4·0.6 and 6·0.7 are not whole: the output length is floored.
+    model = _resize_model(SHAPE, scales=[1, 1, 0.6, 0.7], mode=mode,
+                          coordinate_transformation_mode=coord)
+    _check(model)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_align_corners_fractional_scales_follow_onnx(mode):
+    # ONNX's reference divides by the fractional output length scale·n - 1 here, and the
+    # ONNX node tests expect that; onnxruntime uses the whole output length instead.
+    model = _resize_model(SHAPE, scales=[1, 1, 0.6, 0.7], mode=mode,
+                          coordinate_transformation_mode="align_corners")
+    x = _data(SHAPE)
+    assert_close(run_pydla(model, {"x": x}), ReferenceEvaluator(model).run(None, {"x": x}))
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
