@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from pydla.backends.cpu.registry import REFERENCE
 from pydla.dtypes import DType
 from pydla.errors import BuildError, ModelImportError
 from pydla.frontend.onnx import import_model
@@ -19,6 +20,7 @@ from pydla.passes import PassContext, PassManager, default_passes
 from pydla.plan.calibrate import tensor_ranges
 from pydla.plan.lower import IOFormat, lower
 from pydla.plan.precision import autocast
+from pydla.plan.tactics import TimingCache, choose_tactics
 from pydla.tools.layerinfo import layer_info
 
 
@@ -42,6 +44,10 @@ class BuildOptions:
     autocast: DType | None = None
     layer_precisions: Mapping[str, str] = field(default_factory=dict)
     calibration: Sequence[Mapping[str, np.ndarray]] = ()
+    # Time every candidate kernel per layer (else pick by priority); --timingCacheFile.
+    autotune: bool = True
+    timing_cache: str | None = None
+    progress: Callable[[int, int], Any] | None = None
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
@@ -73,6 +79,15 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     elif options.layer_precisions:
         raise BuildError("--layerPrecisions adjusts --autocast; without it the model's own "
                          "types decide every layer's precision")
+    if options.opt_level == 0:  # reference kernels only, for bisecting
+        for node in graph.nodes:
+            node.tactic = REFERENCE
+        return graph
+    autotune = options.autotune and options.opt_level >= 3
+    cache = TimingCache.load(options.timing_cache) if autotune else None
+    choose_tactics(graph, ctx, autotune=autotune, cache=cache, progress=options.progress)
+    if cache is not None:
+        cache.save()
     return graph
 
 

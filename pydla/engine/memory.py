@@ -103,7 +103,9 @@ class MemoryMap:
 
     def track(self, obj: Any, kind: str, lifetime: Any = None) -> Region:
         """Make a buffer object's memory known while it lives (or while ``lifetime`` lives,
-        for owners that cannot be weakly referenced, such as bytearray)."""
+        for owners that cannot be weakly referenced, such as bytearray). A numpy view
+        stands for its whole base array, which it keeps alive."""
+        obj = _root(obj)
         data = as_bytes(obj)
         if data.size == 0:
             raise InvalidParamError("an empty buffer has no address")
@@ -168,8 +170,12 @@ class MemoryMap:
         off = addr - region.start
         return data[off:off + size]
 
-    def region_of_view(self, view: np.ndarray) -> Region:
-        return self.find(view.ctypes.data, max(view.nbytes, 1), TENSOR_KINDS + (RECORD,))
+
+def _root(obj: Any) -> Any:
+    while (isinstance(obj, np.ndarray) and isinstance(obj.base, np.ndarray)
+           and obj.base.flags.c_contiguous):
+        obj = obj.base
+    return obj
 
 
 def _describe(kinds: Collection[str]) -> str:

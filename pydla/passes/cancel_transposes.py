@@ -84,7 +84,8 @@ class CancelTransposes(RewritePass):
     @staticmethod
     def _bypass(graph: Graph, uses: Uses, inner: Node, outer: Node, x: Value) -> None:
         """Make ``outer`` read ``inner``'s input; drop ``inner`` if nothing else reads it."""
+        sole = uses.only_user(inner.outputs[0]) is outer
         outer.inputs = [x]
-        if uses.only_user(inner.outputs[0]) is outer:
+        if sole:
             graph.nodes.remove(inner)
             merge_provenance(outer, inner)

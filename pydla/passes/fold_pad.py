@@ -30,6 +30,24 @@ def _fill_needed(host: Node) -> tuple[float | None, str]:
     return -math.inf, "a MaxPool pads with -inf"
 
 
+def _folded_pads(pad: Node, host: Node) -> list[int]:
+    """The host's pads plus the Pad's spatial pads, in the host's [begins…, ends…] order."""
+    extra = [int(p) for p in pad.attrs["pads"]]
+    rank = len(extra) // 2
+    nd = rank - 2
+    own = [int(p) for p in host.attrs.get("pads") or [0] * (2 * nd)]
+    return [own[i] + extra[2 + i] for i in range(nd)] + \
+        [own[nd + i] + extra[rank + 2 + i] for i in range(nd)]
+
+
+def _kernel(host: Node) -> list[int]:
+    if host.op == "Conv":
+        w = host.inputs[1]
+        assert w is not None
+        return list(w.shape[2:])
+    return [int(k) for k in host.attrs["kernel_shape"]]
+
+
 class FoldPad(RewritePass):
     name = "fold_pad"
     ensures = ("pads_folded",)
@@ -45,13 +63,9 @@ class FoldPad(RewritePass):
             refuse(ctx, f"{self.name}: kept Pad {pad.name!r} before {host.op} "
                         f"{host.name!r}: {why}")
             return False
-        x = pad.inputs[0]
-        rank = len(x.shape)
-        extra, nd = pad.attrs["pads"], rank - 2
-        own = list(host.attrs.get("pads") or [0] * (2 * nd))
-        pads = [own[i] + extra[2 + i] for i in range(nd)] + \
-            [own[nd + i] + extra[rank + 2 + i] for i in range(nd)]
-        host.inputs = [x, *host.inputs[1:]]
+        own = host.attrs.get("pads")
+        pads = _folded_pads(pad, host)
+        host.inputs = [pad.inputs[0], *host.inputs[1:]]
         host.attrs = {**host.attrs, "pads": pads}
         graph.nodes.remove(pad)
         merge_provenance(host, pad)
@@ -79,4 +93,8 @@ class FoldPad(RewritePass):
         value = float(pad.attrs.get("value", 0))
         if want is None or value != want:
             return f"{rule}, the Pad fills {value:g}"
+        total, kernel = _folded_pads(pad, host), _kernel(host)
+        if any(p >= kernel[i % len(kernel)] for i, p in enumerate(total)):
+            # ONNX pooling and DLA convolution both need pads smaller than the kernel.
+            return f"the folded pads {total} would not stay smaller than the kernel {kernel}"
         return None

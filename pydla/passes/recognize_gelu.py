@@ -79,21 +79,32 @@ def _halves(node: Node | None, v: Value) -> bool:
 
 
 def _product(uses: Uses, p: Value, x: Value) -> list[Node] | None:
-    """The nodes forming ½·x·p from the factor p = 1 + erf/tanh(…); the last is the result."""
-    m1 = uses.only_user(p)
-    if m1 is None or m1.op != "Mul":
-        return None
-    other = other_operand(m1, p)
-    if other is x:  # (x·p)·½
-        m2 = uses.only_user(m1.outputs[0])
-        return [m1, m2] if m2 is not None and _halves(m2, m1.outputs[0]) else None
-    if is_scalar(other, 0.5):  # x·(p·½)
-        m2 = uses.only_user(m1.outputs[0])
-        if m2 is not None and m2.op == "Mul" and other_operand(m2, m1.outputs[0]) is x:
-            return [m1, m2]
-        return None
-    half = produced_by(other, "Mul", "Div")  # (x·½)·p
-    return [half, m1] if half is not None and _halves(half, x) else None
+    """The nodes forming ½·x·p from the factor p = 1 + erf/tanh(…); the last is the result.
+
+    Every reader of p is tried: one with a second reader still matches, so that the check
+    afterwards can say which reader blocks the rewrite.
+    """
+    for m1 in uses.of(p):
+        y = m1.outputs[0]
+        if _halves(m1, p):  # x·(p·½)
+            for m2 in uses.of(y):
+                if m2.op == "Mul" and other_operand(m2, y) is x:
+                    return [m1, m2]
+        elif m1.op == "Mul" and other_operand(m1, p) is x:  # (x·p)·½
+            for m2 in uses.of(y):
+                if _halves(m2, y):
+                    return [m1, m2]
+        elif m1.op == "Mul":  # (x·½)·p
+            half = produced_by(other_operand(m1, p), "Mul", "Div")
+            if half is not None and _halves(half, x):
+                return [half, m1]
+    return None
+
+
+def _one_plus(uses: Uses, v: Value) -> Node | None:
+    """A reader of ``v`` computing 1 + v."""
+    return next((n for n in uses.of(v) if n.op == "Add"
+                 and is_scalar(other_operand(n, v), 1.0)), None)
 
 
 class RecognizeGelu(RewritePass):
@@ -110,9 +121,8 @@ class RecognizeGelu(RewritePass):
         if found is None:
             return False
         x, argument = found
-        plus = uses.only_user(node.outputs[0])
-        if plus is None or plus.op != "Add" or not is_scalar(
-                other_operand(plus, node.outputs[0]), 1.0):
+        plus = _one_plus(uses, node.outputs[0])
+        if plus is None:
             return False
         product = _product(uses, plus.outputs[0], x)
         if product is None or not x.dtype.is_float:

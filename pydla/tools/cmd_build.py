@@ -37,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "needs, if it is too small); the DLA pools (dlaSRAM, dlaLocalDRAM, "
                    "dlaGlobalDRAM) are recorded in the loadable and mean nothing on the CPU")
     p.add_argument("--builderOptimizationLevel", type=int, default=3, choices=range(0, 6),
-                   help="0 = no optimization (for bisecting), 3 = default")
+                   help="0 = no passes and reference kernels (for bisecting); 1-2 = every "
+                   "pass, kernels chosen by heuristics; 3 (default) and up = every pass, "
+                   "kernels chosen by timing them on this machine")
+    p.add_argument("--timingCacheFile", help="read and update kernel timings here, so "
+                   "rebuilds are fast and pick the same tactics")
     p.add_argument("--autocast", choices=("fp16", "bf16"),
                    help="run float32 layers in fp16/bf16 where numerically safe "
                    "(sensitive layers stay fp32; see docs/builder.md)")
@@ -67,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         output_formats=parse_io_formats(args.outputIOFormats, "--outputIOFormats"),
         dla_core=args.useDLACore, mem_pools=parse_mem_pools(args.memPoolSize),
         opt_level=args.builderOptimizationLevel, verbose=args.verbose,
+        timing_cache=args.timingCacheFile,
         autocast=DType.from_name(args.autocast) if args.autocast else None,
         layer_precisions=parse_layer_precisions(args.layerPrecisions),
         calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),

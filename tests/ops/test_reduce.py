@@ -32,7 +32,7 @@ def _data(shape, dtype=np.float32, seed=0):
 
 
 @pytest.mark.parametrize("op", REDUCE_OPS)
-@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("opset", [7, 13, 18])
 @pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, -1], 0), (None, 1), (None, 0)])
 def test_reduce(op, opset, axes, keepdims):
     model = _reduce_model(op, [2, 3, 4], axes, opset, keepdims=keepdims)

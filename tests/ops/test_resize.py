@@ -86,6 +86,18 @@ def test_resize_nearest_modes(nearest_mode, coord, sizes):
     _check(model)
 
 
+@pytest.mark.parametrize("nearest_mode", NEAREST_MODES)
+@pytest.mark.parametrize("coord", ["half_pixel", "pytorch_half_pixel", "asymmetric",
+                                   "half_pixel_symmetric", "tf_half_pixel_for_nn"])
+@pytest.mark.parametrize("scales", [[1, 1, 0.7, 1.3], [1, 1, 2.5, 0.35]])
+def test_resize_nearest_fractional_scales(nearest_mode, coord, scales):
+    # Coordinates that fall exactly between two pixels in float32 pick the same pixel.
+    model = _resize_model(SHAPE, scales=scales, mode="nearest", nearest_mode=nearest_mode,
+                          coordinate_transformation_mode=coord,
+                          opset=13 if coord == "tf_half_pixel_for_nn" else 19)
+    _check(model)
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
 @pytest.mark.parametrize("extrapolation", [0.0, 10.0])
 def test_resize_tf_crop_and_resize(mode, extrapolation):

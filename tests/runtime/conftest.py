@@ -77,6 +77,12 @@ class Setup:
         task.output_tensor = self.out_ptrs if outputs is None else outputs
         return task
 
+    def submit(self, task: cudla.Task | None = None, stream: int = 0, flags: int = 0) -> None:
+        """Submit one task; ``task`` stays referenced for the call (the address of a record
+        that was garbage-collected is refused, not read)."""
+        task = task or self.task()
+        cudla.submit_task(self.dev, int(task), 1, stream, flags)
+
     def write_inputs(self, arrays: list[np.ndarray]) -> None:
         for ptr, arr, d in zip(self.in_ptrs, arrays, self.in_descs):
             check(runtime.cudaMemcpy(ptr, np.ascontiguousarray(arr), d.size_,

@@ -10,7 +10,7 @@ import numpy as np
 from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
 from pydla.backends.cpu.fused import with_epilogue
-from pydla.backends.cpu.registry import KERNELS
+from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import KernelError, LoadableError, PydlaError
 from pydla.loadable.program import LayerInfo, Program
@@ -26,19 +26,30 @@ def _widen(spec: TensorSpec | None) -> TensorSpec | None:
 
 
 def bind_layer(spec: LayerSpec) -> RunFn:
-    """Bind one layer; half-precision layers compute in float32 and round their outputs;
-    a layer with an epilogue runs it after its own kernel."""
+    """Bind one layer with its recorded tactic; half-precision layers compute in float32 and
+    round their outputs; an epilogue runs after the layer's own kernel unless the tactic
+    runs it natively."""
     if spec.op not in KERNELS:
         raise KernelError(spec.name, spec.op, "no CPU kernel for this op")
-    if "epilogue" in spec.attrs:
-        return with_epilogue(spec, _bind_plain)
-    if spec.op == "Pointwise":  # each step rounds to its own type
-        return KERNELS[spec.op](spec)
-    return _bind_plain(spec)
-
-
-def _bind_plain(spec: LayerSpec) -> RunFn:
     binder = KERNELS[spec.op]
+    native = False
+    if spec.tactic not in (None, REFERENCE):
+        entry = TACTICS.get(spec.op, {}).get(spec.tactic)  # type: ignore[arg-type]
+        if entry is None:
+            raise KernelError(spec.name, spec.op, f"unknown tactic {spec.tactic!r}")
+        if not entry.applies(spec):
+            raise KernelError(spec.name, spec.op, f"tactic {spec.tactic!r} cannot run this layer")
+        binder = entry.bind
+        native = "epilogue" in spec.attrs and entry.native_epilogue(
+            spec.attrs["epilogue"]["program"])
+    if "epilogue" in spec.attrs and not native:
+        return with_epilogue(spec, lambda s: _bind_plain(s, binder))
+    if spec.op == "Pointwise":  # each step rounds to its own type
+        return binder(spec)
+    return _bind_plain(spec, binder)
+
+
+def _bind_plain(spec: LayerSpec, binder: Binder) -> RunFn:
     half_in = [s is not None and s.dtype in _HALF for s in spec.inputs]
     half_out = [s.dtype in _HALF for s in spec.outputs]
     if not any(half_in) and not any(half_out):

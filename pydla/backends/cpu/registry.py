@@ -1,13 +1,18 @@
-"""Explicit kernel registry of the CPU backend: op name → binder.
+"""Explicit kernel registry of the CPU backend: op name → binder, and per-op tactics.
 
 Kernel modules register with ``@kernel("Op")`` (a binder returning a RunFn that writes into
 preallocated outputs) or ``@reference("Op")`` (a function returning arrays, copied into the
-outputs). ``pydla.backends.cpu.kernels`` imports every kernel module by name.
+outputs). That kernel is the op's "reference" tactic, always available. Faster variants
+register with ``@tactic("Op", "name", applies=…)``; the builder picks one per layer (by
+timing, or by priority without autotuning) and records it in the loadable.
+``pydla.backends.cpu.kernels`` imports every kernel module by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +23,54 @@ Binder = Callable[[LayerSpec], RunFn]
 ReferenceFn = Callable[[LayerSpec, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
 
 KERNELS: dict[str, Binder] = {}
+REFERENCE = "reference"
+
+
+def _never(program: Sequence[Mapping[str, Any]]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Tactic:
+    op: str
+    name: str
+    bind: Binder
+    # Whether this implementation can run a layer (shapes, attributes, dtypes).
+    applies: Callable[[LayerSpec], bool]
+    # Whether it runs this epilogue program itself, inside its output loop; the binder then
+    # receives the whole spec (epilogue attribute and extra inputs included).
+    native_epilogue: Callable[[Sequence[Mapping[str, Any]]], bool] = _never
+    # Order of preference when the builder does not time tactics (higher first).
+    priority: int = 0
+
+
+TACTICS: dict[str, dict[str, Tactic]] = {}
+
+
+def tactic(op: str, name: str, *, applies: Callable[[LayerSpec], bool],
+           native_epilogue: Callable[[Sequence[Mapping[str, Any]]], bool] = _never,
+           priority: int = 0) -> Callable[[Binder], Binder]:
+    def register(binder: Binder) -> Binder:
+        table = TACTICS.setdefault(op, {})
+        if name in table or name == REFERENCE:
+            raise RuntimeError(f"tactic {op}/{name} registered twice")
+        table[name] = Tactic(op, name, binder, applies, native_epilogue, priority)
+        return binder
+
+    return register
+
+
+def candidate_tactics(spec: LayerSpec) -> list[Tactic]:
+    """The tactics that can run this layer, best first by priority (reference excluded)."""
+    found = []
+    for t in TACTICS.get(spec.op, {}).values():
+        try:
+            ok = t.applies(spec)
+        except (KeyError, TypeError, ValueError, IndexError):
+            ok = False
+        if ok:
+            found.append(t)
+    return sorted(found, key=lambda t: -t.priority)
 
 
 def kernel(op: str) -> Callable[[Binder], Binder]:

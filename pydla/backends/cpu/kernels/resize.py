@@ -2,8 +2,8 @@
 
 Resize is separable, so it is applied one axis at a time. At bind time every resized axis
 gets a plan: for each output position the source indices (taps) and their weights, worked
-out in float64 from the fixed shapes as in ONNX's reference; a run is then one gather per
-tap and a weighted sum. Out-of-range taps take the edge value (indices clamped), unless
+out from the fixed shapes as in ONNX's reference; a run is then one gather per tap and a
+weighted sum. Out-of-range taps take the edge value (indices clamped), unless
 ``exclude_outside`` drops and renormalises them. Nearest needs a single gather.
 """
 
@@ -32,27 +32,39 @@ class _AxisPlan:
 
 def _source_coords(mode: str, n_out: int, n_in: int, scale: float, start: float,
                    end: float) -> np.ndarray:
-    """Each output position's coordinate in the input (coordinate_transformation_mode)."""
-    y = np.arange(n_out, dtype=np.float64)
-    width = scale * n_in  # the fractional output length a scale implies
+    """Each output position's coordinate in the input (coordinate_transformation_mode).
+
+    Worked out in float32 in onnxruntime's order of operations: where a coordinate falls
+    exactly between two pixels, nearest then picks the same one. The fractional output
+    length ``scale · n_in`` (not the whole one) enters align_corners and tf_crop_and_resize,
+    as in ONNX's reference.
+    """
+    f = np.float32
+    y = np.arange(n_out, dtype=np.float32)
+    s, length = f(scale), f(n_in)
+    width = s * length  # the fractional output length a scale implies
     if mode == "asymmetric":
-        return y / scale
-    if mode == "half_pixel":
-        return (y + 0.5) / scale - 0.5
-    if mode == "half_pixel_symmetric":
-        offset = n_in / 2 * (1 - n_out / width)
-        return offset + (y + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (y + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
-    if mode == "tf_half_pixel_for_nn":
-        return (y + 0.5) / scale
-    if mode == "align_corners":
-        return y * (n_in - 1) / (width - 1) if width != 1 else np.zeros(n_out)
-    if mode == "tf_crop_and_resize":
+        x = y / s
+    elif mode == "half_pixel" or (mode == "pytorch_half_pixel" and n_out > 1):
+        x = (y + f(0.5)) / s - f(0.5)
+    elif mode == "pytorch_half_pixel":
+        x = np.zeros(n_out, np.float32)
+    elif mode == "half_pixel_symmetric":
+        offset = length / f(2) * (f(1) - f(n_out) / width)
+        x = (offset + (y.astype(np.float64) + 0.5) / float(s) - 0.5).astype(np.float32)
+    elif mode == "tf_half_pixel_for_nn":
+        x = (y + f(0.5)) / s
+    elif mode == "align_corners":
+        x = y * (length - f(1)) / (width - f(1)) if width != 1 else np.zeros(n_out, np.float32)
+    elif mode == "tf_crop_and_resize":
+        a, b = f(start), f(end)
         if width == 1:
-            return np.full(n_out, 0.5 * (start + end) * (n_in - 1))
-        return start * (n_in - 1) + y * (end - start) * (n_in - 1) / (width - 1)
-    raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
+            x = np.full(n_out, 0.5 * (start + end) * (n_in - 1), np.float32)
+        else:
+            x = a * (length - f(1)) + y * (b - a) * (length - f(1)) / (width - f(1))
+    else:
+        raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
+    return x.astype(np.float64)
 
 
 def _nearest_index(x: np.ndarray, rule: str, scale: float) -> np.ndarray:
@@ -119,8 +131,12 @@ def _axis_plan(axis: int, n_in: int, n_out: int, rank: int, attrs: dict,
     if coord == "tf_crop_and_resize":
         out_of_range = (x < 0) | (x > n_in - 1)
         outside = out_of_range if out_of_range.any() else None
-    stretched = bool(attrs["antialias"]) and scale < 1
-    if n_out == n_in and outside is None and not stretched and np.array_equal(x, np.arange(n_in)):
+    # An axis of scale 1 keeps its length and is left alone whatever the coordinate mode
+    # (tf_half_pixel_for_nn would shift it by half a pixel), as both onnxruntime and ONNX's
+    # reference do; only a cropping roi still moves it.
+    uncropped = coord != "tf_crop_and_resize" or (start, end) == (0.0, 1.0)
+    if n_out == n_in and ((scale == 1 and uncropped) or (
+            outside is None and np.array_equal(x, np.arange(n_in)))):
         return None
     if n_in == 0 or n_out == 0:
         return _AxisPlan(axis, np.zeros((1, n_out), np.intp), None, None)

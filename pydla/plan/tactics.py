@@ -1,0 +1,159 @@
+"""Tactic selection: time each candidate kernel of every layer on this machine (or pick by
+priority), record the winner in the layer, and remember timings in a timing cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pydla.backends.base import LayerSpec, TensorSpec
+from pydla.backends.cpu.backend import bind_layer
+from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
+from pydla.errors import BuildError
+from pydla.ir import Graph, Node
+from pydla.passes.base import PassContext
+
+CACHE_VERSION = 1
+
+
+def machine_id() -> str:
+    """Timings only transfer between identical machines: processor, cores, numpy."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}|{os.cpu_count()}|numpy {np.__version__}"
+
+
+@dataclass
+class TimingCache:
+    """``--timingCacheFile``: layer key → {tactic: milliseconds}, JSON on disk."""
+
+    path: str | None = None
+    entries: dict[str, dict[str, float]] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    @classmethod
+    def load(cls, path: str | None) -> TimingCache:
+        cache = cls(path)
+        if path and os.path.exists(path):
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+            except (OSError, ValueError) as e:
+                raise BuildError(f"timing cache {path!r} is unreadable: {e}") from None
+            if (not isinstance(data, dict) or data.get("version") != CACHE_VERSION
+                    or not isinstance(data.get("entries"), dict)):
+                raise BuildError(f"timing cache {path!r} is not a pydla timing cache "
+                                 f"(version {CACHE_VERSION})")
+            if data.get("machine") == machine_id():
+                cache.entries = {str(k): {str(t): float(ms) for t, ms in v.items()}
+                                 for k, v in data["entries"].items() if isinstance(v, dict)}
+        return cache
+
+    def save(self) -> None:
+        if not self.path:
+            return
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"version": CACHE_VERSION, "machine": machine_id(),
+                       "entries": self.entries}, f, indent=0, sort_keys=True)
+        os.replace(tmp, self.path)
+
+
+def layer_spec(node: Node) -> LayerSpec:
+    return LayerSpec(node.name, node.op, node.attrs,
+                     tuple(None if v is None else TensorSpec(v.shape, v.dtype)
+                           for v in node.inputs),
+                     tuple(TensorSpec(v.shape, v.dtype) for v in node.outputs), node.tactic)
+
+
+def layer_key(spec: LayerSpec) -> str:
+    """What a timing depends on: op, attributes, input/output shapes and types."""
+    desc = json.dumps([spec.op, spec.attrs,
+                       [None if s is None else [list(s.shape), int(s.dtype)] for s in spec.inputs],
+                       [[list(s.shape), int(s.dtype)] for s in spec.outputs]],
+                      sort_keys=True, default=str)
+    return hashlib.sha256(desc.encode()).hexdigest()[:32]
+
+
+def _sample_inputs(node: Node, rng: np.random.Generator) -> list[np.ndarray | None]:
+    out: list[np.ndarray | None] = []
+    for v in node.inputs:
+        if v is None:
+            out.append(None)
+        elif v.is_const:
+            out.append(v.const)
+        elif v.dtype.is_float:
+            out.append(rng.standard_normal(v.shape).astype(v.dtype.np))
+        else:
+            out.append(np.zeros(v.shape, v.dtype.np))
+    return out
+
+
+def time_tactic(node: Node, name: str, inputs: list[np.ndarray | None],
+                budget_s: float = 0.05, max_runs: int = 10) -> float:
+    """Median milliseconds of one layer under one tactic (bound once, warmed up once)."""
+    spec = layer_spec(node)
+    spec = LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, name)
+    run = bind_layer(spec)
+    outs = [np.empty(v.shape, v.dtype.np) for v in node.outputs]
+    with np.errstate(all="ignore"):
+        run(inputs, outs)
+        times = []
+        deadline = time.perf_counter() + budget_s
+        while len(times) < max_runs and (len(times) < 2 or time.perf_counter() < deadline):
+            t = time.perf_counter()
+            run(inputs, outs)
+            times.append((time.perf_counter() - t) * 1e3)
+    return float(np.median(times))
+
+
+def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
+                   cache: TimingCache | None = None,
+                   progress: Callable[[int, int], Any] | None = None) -> None:
+    """Set ``node.tactic`` for every layer."""
+    rng = np.random.default_rng(0)
+    for i, node in enumerate(graph.nodes):
+        if progress is not None:
+            progress(i, len(graph.nodes))
+        spec = layer_spec(node)
+        cands = candidate_tactics(spec)
+        if not cands:
+            node.tactic = REFERENCE
+            continue
+        if not autotune:
+            node.tactic = cands[0].name
+            continue
+        key = layer_key(spec)
+        names = [t.name for t in cands] + [REFERENCE]
+        known = cache.entries.get(key, {}) if cache is not None else {}
+        timings = {n: known[n] for n in names if n in known}
+        missing = [n for n in names if n not in timings]
+        if cache is not None:
+            cache.hits += not missing
+            cache.misses += bool(missing)
+        if missing:
+            inputs = _sample_inputs(node, rng)
+            for n in missing:
+                timings[n] = time_tactic(node, n, inputs)
+            if cache is not None:
+                cache.entries[key] = {**known, **timings}
+        node.tactic = min(timings, key=timings.__getitem__)
+        ctx.note(f"tactics: {node.op} {node.name!r} -> {node.tactic} ("
+                 + ", ".join(f"{n} {ms:.3f} ms" for n, ms in sorted(timings.items(),
+                                                                  key=lambda x: x[1])) + ")")
