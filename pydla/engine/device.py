@@ -93,8 +93,8 @@ class DlaDevice:
             raise InvalidParamError(f"mem_register flags must be 0, READ_ONLY_PERM or "
                                     f"TASK_STATISTICS, not {flags}")
         if isinstance(ptr, np.ndarray):
-            as_bytes(ptr, writable=True)
-            addr = MEMORY.track(ptr, HOST).start
+            addr = as_bytes(ptr, writable=True).ctypes.data
+            MEMORY.track(ptr, HOST)
         else:
             addr = operator.index(ptr)
         if addr == 0 or addr % REGISTER_ALIGNMENT:
