@@ -35,7 +35,7 @@ from pydla.engine.device import DEVICE_COUNT, TASK_STATISTICS, DlaDevice
 from pydla.engine.faults import ClosedError, InvalidDeviceError, InvalidParamError
 from pydla.engine.memory import MEMORY
 from pydla.engine.stats import LayerTime, TaskStatistics, decode_task_statistics
-from pydla.engine.task import RawTask, plan_task
+from pydla.engine.task import RawTask, TaskPlan, plan_task
 from pydla.formats import TensorDescriptor
 
 pack_tensor = layout.pack
@@ -173,11 +173,25 @@ class Module(_Closable):
             self._inflight += 1
             if self._free:
                 return self._free.pop()
-        bufs = _Buffers([self._allocate(d) for _, d in self._inputs],
-                        [self._allocate(d) for _, d in self._outputs])
-        with self._lock:
-            self._all.append(bufs)
+            bufs = _Buffers([], [])
+            self._all.append(bufs)  # close() frees whatever gets allocated, even on failure
+        try:
+            bufs.inputs.extend(self._allocate(d) for _, d in self._inputs)
+            bufs.outputs.extend(self._allocate(d) for _, d in self._outputs)
+        except BaseException:
+            with self._lock:
+                self._all.remove(bufs)
+                self._inflight -= 1
+                self._idle.notify_all()
+            self._free_buffers([bufs])
+            raise
         return bufs
+
+    def _free_buffers(self, sets: list[_Buffers]) -> None:
+        for bufs in sets:
+            for ptr, _ in bufs.inputs + bufs.outputs:
+                self._dev.unregister(ptr)
+                MEMORY.free(ptr)
 
     def _release(self, bufs: _Buffers) -> None:
         with self._lock:
@@ -204,6 +218,15 @@ class Module(_Closable):
             arrays.append(arr)
         return arrays
 
+    def _plan(self, arrays: list[np.ndarray], bufs: _Buffers,
+              statistics: int | None = None) -> TaskPlan:
+        """Pack the inputs into their buffers and validate the task, as submit_task would."""
+        for x, (_, desc), (_, view) in zip(arrays, self._inputs, bufs.inputs):
+            layout.pack(x, desc, out=view)
+        outputs = [p for p, _ in bufs.outputs] + ([] if statistics is None else [statistics])
+        return plan_task(self._dev, RawTask(self._mod.handle, tuple(p for p, _ in bufs.inputs),
+                                            tuple(outputs), 0, 0))
+
     def _outputs_of(self, bufs: _Buffers) -> list[np.ndarray]:
         return [layout.unpack(view, desc).reshape(t.shape).astype(t.dtype.np, copy=False)
                 for (t, desc), (_, view) in zip(self._outputs, bufs.outputs)]
@@ -216,11 +239,7 @@ class Module(_Closable):
         arrays = self._arrays(inputs)
         bufs = self._acquire()
         try:
-            for x, (_, desc), (_, view) in zip(arrays, self._inputs, bufs.inputs):
-                layout.pack(x, desc, out=view)
-            plan = plan_task(self._dev, RawTask(self._mod.handle,
-                                                tuple(p for p, _ in bufs.inputs),
-                                                tuple(p for p, _ in bufs.outputs), 0, 0))
+            plan = self._plan(arrays, bufs)
         except BaseException:
             self._release(bufs)
             raise
@@ -255,12 +274,7 @@ class Module(_Closable):
         bufs = self._acquire()
         stats_ptr, stats_view = self._allocate(self._mod.stats_descriptors[0], TASK_STATISTICS)
         try:
-            for x, (_, desc), (_, view) in zip(arrays, self._inputs, bufs.inputs):
-                layout.pack(x, desc, out=view)
-            outs = tuple(p for p, _ in bufs.outputs) + (stats_ptr,)
-            plan = plan_task(self._dev, RawTask(self._mod.handle,
-                                                tuple(p for p, _ in bufs.inputs), outs, 0, 0))
-            self._dev.run_plan(plan)
+            self._dev.run_plan(self._plan(arrays, bufs, statistics=stats_ptr))
             return self._outputs_of(bufs), decode_task_statistics(stats_view)
         finally:
             self._dev.unregister(stats_ptr)
@@ -275,10 +289,7 @@ class Module(_Closable):
             self._closed = True
             while self._inflight:
                 self._idle.wait()
-        for bufs in self._all:
-            for ptr, _ in bufs.inputs + bufs.outputs:
-                self._dev.unregister(ptr)
-                MEMORY.free(ptr)
+        self._free_buffers(self._all)
         self._all.clear()
         self._free.clear()
         self._dev.destroy()

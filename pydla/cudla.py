@@ -60,6 +60,8 @@ from pydla.engine.records import (
 )
 from pydla.engine.status import status_of
 from pydla.engine.task import read_tasks
+from pydla.errors import PydlaError
+from pydla.formats import FormatError
 
 CUDLA_VERSION = 1_005_000  # the cuDLA API level pydla implements (1.5.0)
 
@@ -102,13 +104,11 @@ def check_status(status: int) -> None:
 
 @contextlib.contextmanager
 def _funnel() -> Iterator[None]:
-    """Turn the engine's typed errors into CudlaError (TypeError and friends pass, as the
-    upstream Cython conversions raise them)."""
+    """Turn pydla's typed errors into CudlaError; anything else (TypeError for a non-integer
+    argument, as upstream's Cython conversions raise) passes unchanged."""
     try:
         yield
-    except (TypeError, OverflowError, CudlaError):
-        raise
-    except Exception as e:
+    except (PydlaError, FormatError, MemoryError) as e:
         raise CudlaError(status_of(e)) from e
 
 

@@ -9,12 +9,11 @@ but ``cuInit`` and the error-name lookups needs ``cuInit(0)`` first.
 from __future__ import annotations
 
 from enum import IntEnum
+from operator import index
 from typing import Any
 
 from pydla.engine import faults, hostcuda
 from pydla.engine.device import DEVICE_COUNT
-from pydla.engine.stream import EVENTS, STREAMS, Event, Stream, synchronize
-from pydla.engine.stream import NON_BLOCKING as _NON_BLOCKING
 
 
 class CUresult(IntEnum):
@@ -114,7 +113,7 @@ def _need_init() -> None:
 @_api()
 def cuInit(Flags: int) -> None:
     global _initialized
-    if int(Flags) != 0:
+    if index(Flags) != 0:
         raise faults.InvalidParamError("cuInit flags must be 0")
     _initialized = True
 
@@ -133,7 +132,7 @@ def cuDeviceGetCount() -> int:
 @_api(values=1)
 def cuDeviceGet(ordinal: int) -> CUdevice:
     _need_init()
-    if not 0 <= int(ordinal) < DEVICE_COUNT:
+    if not 0 <= index(ordinal) < DEVICE_COUNT:
         raise faults.InvalidDeviceError(f"device {ordinal} does not exist")
     return CUdevice(ordinal)
 
@@ -141,123 +140,111 @@ def cuDeviceGet(ordinal: int) -> CUdevice:
 @_api(values=1)
 def cuStreamCreate(Flags: int) -> CUstream:
     _need_init()
-    if int(Flags) & ~_NON_BLOCKING:
-        raise faults.InvalidParamError(f"unknown stream flags {Flags}")
-    return CUstream(Stream(int(Flags)).handle)
+    return CUstream(hostcuda.stream_create(index(Flags)))
 
 
 @_api()
 def cuStreamDestroy(hStream: Any) -> None:
     _need_init()
-    STREAMS.get(hostcuda.stream_handle(hStream)).close()
+    hostcuda.stream_destroy(hStream)
 
 
 @_api()
 def cuStreamSynchronize(hStream: Any) -> None:
     _need_init()
-    error = synchronize(hostcuda.stream_handle(hStream))
-    if error is not None:
-        raise error
+    hostcuda.stream_synchronize(hStream)
 
 
 @_api()
 def cuStreamQuery(hStream: Any) -> None:
     _need_init()
-    handle = hostcuda.stream_handle(hStream)
-    if handle and not STREAMS.get(handle).query():
-        raise faults.NotReadyError("the stream has work in flight")
+    hostcuda.stream_query(hStream)
 
 
 @_api()
 def cuStreamWaitEvent(hStream: Any, hEvent: Any, Flags: int) -> None:
     _need_init()
-    wait = EVENTS.get(int(hEvent)).make_wait()
-    handle = hostcuda.stream_handle(hStream)
-    if handle:
-        STREAMS.get(handle).enqueue(wait)
-    else:
-        wait()
+    hostcuda.stream_wait_event(hStream, hEvent)
 
 
 @_api(values=1)
 def cuEventCreate(Flags: int) -> CUevent:
     _need_init()
-    return CUevent(Event(int(Flags)).handle)
+    return CUevent(hostcuda.event_create(index(Flags)))
 
 
 @_api()
 def cuEventRecord(hEvent: Any, hStream: Any) -> None:
     _need_init()
-    EVENTS.get(int(hEvent)).record(hostcuda.stream_handle(hStream))
+    hostcuda.event_record(hEvent, hStream)
 
 
 @_api()
 def cuEventSynchronize(hEvent: Any) -> None:
     _need_init()
-    EVENTS.get(int(hEvent)).synchronize()
+    hostcuda.event_synchronize(hEvent)
 
 
 @_api()
 def cuEventQuery(hEvent: Any) -> None:
     _need_init()
-    if not EVENTS.get(int(hEvent)).query():
-        raise faults.NotReadyError("the event has not completed")
+    hostcuda.event_query(hEvent)
 
 
 @_api()
 def cuEventDestroy(hEvent: Any) -> None:
     _need_init()
-    EVENTS.get(int(hEvent)).close()
+    hostcuda.event_destroy(hEvent)
 
 
 @_api(values=1)
 def cuEventElapsedTime(hStart: Any, hEnd: Any) -> float:
     _need_init()
-    return EVENTS.get(int(hStart)).elapsed_ms(EVENTS.get(int(hEnd)))
+    return hostcuda.event_elapsed_ms(hStart, hEnd)
 
 
 @_api(values=1)
 def cuMemAlloc(bytesize: int) -> CUdeviceptr:
     _need_init()
-    if int(bytesize) == 0:
+    if index(bytesize) == 0:
         raise faults.InvalidParamError("cuMemAlloc of 0 bytes")
-    return CUdeviceptr(hostcuda.malloc(int(bytesize)))
+    return CUdeviceptr(hostcuda.malloc(index(bytesize)))
 
 
 @_api()
 def cuMemFree(dptr: Any) -> None:
     _need_init()
-    hostcuda.free(int(dptr))
+    hostcuda.free(hostcuda.handle_of(dptr))
 
 
 @_api()
 def cuMemcpyHtoDAsync(dstDevice: Any, srcHost: Any, ByteCount: int,
                       hStream: Any) -> None:
     _need_init()
-    hostcuda.memcpy(dstDevice, srcHost, int(ByteCount), hostcuda.HOST_TO_DEVICE,
-                    hostcuda.stream_handle(hStream))
+    hostcuda.memcpy(dstDevice, srcHost, index(ByteCount), hostcuda.HOST_TO_DEVICE,
+                    hostcuda.handle_of(hStream))
 
 
 @_api()
 def cuMemcpyDtoHAsync(dstHost: Any, srcDevice: Any, ByteCount: int,
                       hStream: Any) -> None:
     _need_init()
-    hostcuda.memcpy(dstHost, srcDevice, int(ByteCount), hostcuda.DEVICE_TO_HOST,
-                    hostcuda.stream_handle(hStream))
+    hostcuda.memcpy(dstHost, srcDevice, index(ByteCount), hostcuda.DEVICE_TO_HOST,
+                    hostcuda.handle_of(hStream))
 
 
 @_api()
 def cuMemcpyDtoDAsync(dstDevice: Any, srcDevice: Any, ByteCount: int,
                       hStream: Any) -> None:
     _need_init()
-    hostcuda.memcpy(dstDevice, srcDevice, int(ByteCount), hostcuda.DEVICE_TO_DEVICE,
-                    hostcuda.stream_handle(hStream))
+    hostcuda.memcpy(dstDevice, srcDevice, index(ByteCount), hostcuda.DEVICE_TO_DEVICE,
+                    hostcuda.handle_of(hStream))
 
 
 @_api()
 def cuMemsetD8Async(dstDevice: Any, uc: int, N: int, hStream: Any) -> None:
     _need_init()
-    hostcuda.memset(dstDevice, int(uc), int(N), hostcuda.stream_handle(hStream))
+    hostcuda.memset(dstDevice, index(uc), index(N), hostcuda.handle_of(hStream))
 
 
 def cuGetErrorName(error: int) -> tuple[CUresult, bytes | None]:
@@ -278,6 +265,6 @@ _TEXT = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initializ
 
 
 def cuGetErrorString(error: int) -> tuple[CUresult, bytes | None]:
-    if int(error) not in _TEXT:
+    if index(error) not in _TEXT:
         return CUresult.CUDA_ERROR_INVALID_VALUE, None
-    return CUresult.CUDA_SUCCESS, _TEXT[int(error)].encode()
+    return CUresult.CUDA_SUCCESS, _TEXT[index(error)].encode()

@@ -10,12 +10,12 @@ as in cuda-bindings 13, shared with ``pydla.driver`` and ``pydla.cudla.submit_ta
 from __future__ import annotations
 
 from enum import IntEnum
+from operator import index
 from typing import Any
 
 from pydla.driver import CUevent, CUstream
 from pydla.engine import faults, hostcuda
 from pydla.engine.device import DEVICE_COUNT
-from pydla.engine.stream import EVENTS, STREAMS, Event, Stream, synchronize, synchronize_all
 
 cudaStream_t = CUstream  # CUDA's names
 cudaEvent_t = CUevent
@@ -83,7 +83,7 @@ def cudaGetDeviceCount() -> int:
 
 @_api()
 def cudaSetDevice(device: int) -> None:
-    if not 0 <= int(device) < DEVICE_COUNT:
+    if not 0 <= index(device) < DEVICE_COUNT:
         raise faults.InvalidDeviceError(f"device {device} does not exist")
 
 
@@ -94,116 +94,102 @@ def cudaGetDevice() -> int:
 
 @_api()
 def cudaDeviceSynchronize() -> None:
-    error = synchronize_all()
-    if error is not None:
-        raise error
+    hostcuda.device_synchronize()
 
 
 @_api(values=1)
 def cudaMalloc(size: int) -> int:
-    return hostcuda.malloc(int(size))
+    return hostcuda.malloc(index(size))
 
 
 @_api()
 def cudaFree(devPtr: Any) -> None:
-    hostcuda.free(int(devPtr))
+    hostcuda.free(hostcuda.handle_of(devPtr))
 
 
 @_api()
 def cudaMemcpy(dst: Any, src: Any, count: int, kind: int) -> None:
-    hostcuda.memcpy(dst, src, int(count), int(kind), 0)
+    hostcuda.memcpy(dst, src, index(count), index(kind), 0)
 
 
 @_api()
 def cudaMemcpyAsync(dst: Any, src: Any, count: int, kind: int, stream: Any) -> None:
-    hostcuda.memcpy(dst, src, int(count), int(kind), hostcuda.stream_handle(stream))
+    hostcuda.memcpy(dst, src, index(count), index(kind), hostcuda.handle_of(stream))
 
 
 @_api()
 def cudaMemset(devPtr: Any, value: int, count: int) -> None:
-    hostcuda.memset(devPtr, int(value), int(count), 0)
+    hostcuda.memset(devPtr, index(value), index(count), 0)
 
 
 @_api()
 def cudaMemsetAsync(devPtr: Any, value: int, count: int, stream: Any) -> None:
-    hostcuda.memset(devPtr, int(value), int(count), hostcuda.stream_handle(stream))
+    hostcuda.memset(devPtr, index(value), index(count), hostcuda.handle_of(stream))
 
 
 @_api(values=1)
 def cudaStreamCreate() -> CUstream:
-    return CUstream(Stream().handle)
+    return CUstream(hostcuda.stream_create(cudaStreamDefault))
 
 
 @_api(values=1)
 def cudaStreamCreateWithFlags(flags: int) -> CUstream:
-    if int(flags) & ~cudaStreamNonBlocking:
-        raise faults.InvalidParamError(f"unknown stream flags {flags}")
-    return CUstream(Stream(int(flags)).handle)
+    return CUstream(hostcuda.stream_create(index(flags)))
 
 
 @_api()
 def cudaStreamDestroy(stream: Any) -> None:
-    STREAMS.get(hostcuda.stream_handle(stream)).close()
+    hostcuda.stream_destroy(stream)
 
 
 @_api()
 def cudaStreamSynchronize(stream: Any) -> None:
-    error = synchronize(hostcuda.stream_handle(stream))
-    if error is not None:
-        raise error
+    hostcuda.stream_synchronize(stream)
 
 
 @_api()
 def cudaStreamQuery(stream: Any) -> None:
-    handle = hostcuda.stream_handle(stream)
-    if handle and not STREAMS.get(handle).query():
-        raise faults.NotReadyError("the stream has work in flight")
+    hostcuda.stream_query(stream)
 
 
 @_api()
 def cudaStreamWaitEvent(stream: Any, event: Any, flags: int = 0) -> None:
-    wait = EVENTS.get(int(event)).make_wait()
-    handle = hostcuda.stream_handle(stream)
-    if handle:
-        STREAMS.get(handle).enqueue(wait)
-    else:
-        wait()
+    hostcuda.stream_wait_event(stream, event)
 
 
 @_api(values=1)
 def cudaEventCreate() -> CUevent:
-    return CUevent(Event().handle)
+    return CUevent(hostcuda.event_create(cudaEventDefault))
 
 
 @_api(values=1)
 def cudaEventCreateWithFlags(flags: int) -> CUevent:
-    return CUevent(Event(int(flags)).handle)
+    return CUevent(hostcuda.event_create(index(flags)))
 
 
 @_api()
 def cudaEventRecord(event: Any, stream: Any) -> None:
-    EVENTS.get(int(event)).record(hostcuda.stream_handle(stream))
+    hostcuda.event_record(event, stream)
 
 
 @_api()
 def cudaEventSynchronize(event: Any) -> None:
-    EVENTS.get(int(event)).synchronize()
+    hostcuda.event_synchronize(event)
 
 
 @_api()
 def cudaEventQuery(event: Any) -> None:
-    if not EVENTS.get(int(event)).query():
-        raise faults.NotReadyError("the event has not completed")
+    hostcuda.event_query(event)
 
 
 @_api()
 def cudaEventDestroy(event: Any) -> None:
-    EVENTS.get(int(event)).close()
+    hostcuda.event_destroy(event)
 
 
 @_api(values=1)
 def cudaEventElapsedTime(start: Any, end: Any) -> float:
-    return EVENTS.get(int(start)).elapsed_ms(EVENTS.get(int(end)))
+    return hostcuda.event_elapsed_ms(start, end)
 
 
 _TEXT = {0: "no error", 1: "invalid argument", 2: "out of memory", 3: "initialization error",
@@ -225,4 +211,4 @@ def cudaGetErrorName(error: int) -> tuple[cudaError_t, bytes]:
 
 
 def cudaGetErrorString(error: int) -> tuple[cudaError_t, bytes]:
-    return _E.cudaSuccess, _TEXT.get(int(error), "unrecognized error code").encode()
+    return _E.cudaSuccess, _TEXT.get(index(error), "unrecognized error code").encode()

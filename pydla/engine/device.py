@@ -97,12 +97,14 @@ class DlaDevice:
             MEMORY.track(ptr, HOST)
         else:
             addr = operator.index(ptr)
-        if addr == 0 or addr % REGISTER_ALIGNMENT:
+        if addr == 0:
+            raise InvalidAddressError("cannot register NULL")
+        if addr % REGISTER_ALIGNMENT:
             raise InvalidAddressError(f"{addr:#x} is not {REGISTER_ALIGNMENT}-byte aligned")
         if size <= 0:
             raise InvalidAddressError(f"cannot register {size} bytes")
         region = MEMORY.find(addr, size, TENSOR_KINDS)
-        view = MEMORY.view(addr, size, TENSOR_KINDS)
+        view = as_bytes(region.buffer())[addr - region.start:addr - region.start + size]
         with self.lock:
             self._check_alive()
             for r in self.registrations.values():

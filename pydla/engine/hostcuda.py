@@ -16,9 +16,19 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pydla.engine.faults import InvalidParamError, MemcpyDirectionError
+from pydla.engine.faults import InvalidParamError, MemcpyDirectionError, NotReadyError
 from pydla.engine.memory import DEVICE, MEMORY, TENSOR_KINDS, as_bytes
-from pydla.engine.stream import LEGACY, run_on
+from pydla.engine.stream import (
+    EVENTS,
+    LEGACY,
+    NON_BLOCKING,
+    STREAMS,
+    Event,
+    Stream,
+    run_on,
+    synchronize,
+    synchronize_all,
+)
 from pydla.errors import PydlaError
 
 HOST_TO_HOST, HOST_TO_DEVICE, DEVICE_TO_HOST, DEVICE_TO_DEVICE, DEFAULT = range(5)
@@ -39,13 +49,14 @@ def address(x: Any) -> int | None:
     return int(x)
 
 
-def stream_handle(x: Any) -> int:
-    """A stream argument: None or 0 (legacy stream), an int handle, or a stream object."""
+def handle_of(x: Any) -> int:
+    """A handle or pointer argument: an int, a handle object (``CUstream``, ``CUevent``,
+    ``CUdeviceptr``…), or None for 0 (the legacy stream, the NULL pointer)."""
     if x is None:
         return LEGACY
-    if isinstance(x, int) or hasattr(x, "__int__"):
+    if isinstance(x, int) or (hasattr(x, "__int__") and not isinstance(x, (str, float))):
         return int(x)
-    raise TypeError(f"a stream is an int handle or a stream object, not {type(x).__name__}")
+    raise TypeError(f"expected an int handle or a handle object, not {type(x).__name__}")
 
 
 def malloc(size: int) -> int:
@@ -101,6 +112,69 @@ def memset(ptr: Any, value: int, count: int, stream: int) -> None:
         raise InvalidParamError(f"{addr:#x} is not device memory")
     view = MEMORY.view(addr, count, TENSOR_KINDS)
     run_on(stream, lambda: view.fill(value & 0xFF))
+
+
+def stream_create(flags: int) -> int:
+    if flags & ~NON_BLOCKING:
+        raise InvalidParamError(f"unknown stream flags {flags}")
+    return Stream(flags).handle
+
+
+def stream_destroy(stream: Any) -> None:
+    STREAMS.get(handle_of(stream)).close()
+
+
+def stream_synchronize(stream: Any) -> None:
+    """Wait for the stream; raise the failure of its work, if any, once."""
+    error = synchronize(handle_of(stream))
+    if error is not None:
+        raise error
+
+
+def device_synchronize() -> None:
+    error = synchronize_all()
+    if error is not None:
+        raise error
+
+
+def stream_query(stream: Any) -> None:
+    handle = handle_of(stream)
+    if handle != LEGACY and not STREAMS.get(handle).query():
+        raise NotReadyError("the stream has work in flight")
+
+
+def stream_wait_event(stream: Any, event: Any) -> None:
+    wait = EVENTS.get(handle_of(event)).make_wait()
+    handle = handle_of(stream)
+    if handle == LEGACY:
+        wait()
+    else:
+        STREAMS.get(handle).enqueue(wait)
+
+
+def event_create(flags: int) -> int:
+    return Event(flags).handle
+
+
+def event_record(event: Any, stream: Any) -> None:
+    EVENTS.get(handle_of(event)).record(handle_of(stream))
+
+
+def event_synchronize(event: Any) -> None:
+    EVENTS.get(handle_of(event)).synchronize()
+
+
+def event_query(event: Any) -> None:
+    if not EVENTS.get(handle_of(event)).query():
+        raise NotReadyError("the event has not completed")
+
+
+def event_destroy(event: Any) -> None:
+    EVENTS.get(handle_of(event)).close()
+
+
+def event_elapsed_ms(start: Any, end: Any) -> float:
+    return EVENTS.get(handle_of(start)).elapsed_ms(EVENTS.get(handle_of(end)))
 
 
 def cuda_api(error_of: Callable[[BaseException], IntEnum], success: IntEnum,

@@ -25,7 +25,7 @@ def add_mul_model():  # noqa: ANN201
                       ["s", "p"])
 
 
-def slow_model(layers: int = 6, n: int = 384):  # noqa: ANN201
+def slow_model(layers: int = 6, n: int = 512):  # noqa: ANN201
     """A chain of MatMuls that each take a few milliseconds (for timeouts)."""
     rng = np.random.default_rng(0)
     inits = {f"w{i}": (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)

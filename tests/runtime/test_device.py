@@ -142,7 +142,8 @@ def test_task_statistics_record_every_layer(setup):
     assert desc.name == "pydla_task_statistics"
     assert desc.data_type == cudla.DataType.UINT8 and (desc.size_ - 64) % 96 == 0
     ptr = check(runtime.cudaMalloc(desc.size_))
-    stats = cudla.mem_register(setup.dev, ptr, desc.size_, cudla.AccessPermissionFlags.TASK_STATISTICS)
+    flags = cudla.AccessPermissionFlags.TASK_STATISTICS
+    stats = cudla.mem_register(setup.dev, ptr, desc.size_, flags)
     setup.write_inputs(inputs(2))
     setup.submit(setup.task(setup.out_ptrs + [stats]))
     host = np.zeros(desc.size_, np.uint8)

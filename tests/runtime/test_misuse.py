@@ -166,7 +166,7 @@ CASES = {
     "timeout/1000001": (lambda c: cudla.set_task_timeout_in_ms(c.s.dev, 1_000_001),
                         S.ErrorInvalidParam),
 }
-for i, h in enumerate(BAD_HANDLES):
+for h in BAD_HANDLES:
     CASES[f"destroy/handle {h}"] = (lambda c, h=h: cudla.destroy_device(h), S.ErrorInvalidDevice)
     CASES[f"register/handle {h}"] = (lambda c, h=h: cudla.mem_register(h, c.spare, 64, 0),
                                      S.ErrorInvalidDevice)
@@ -241,12 +241,11 @@ def test_random_addresses_never_crash(ctx):
     candidates = [r + int(d) for r in real for d in rng.integers(-4096, 4096, 12)]
     candidates += [int(x) for x in rng.integers(1, 2**62, 40)]
     for addr in candidates:
-        for call in (lambda: cudla.submit_task(ctx.s.dev, addr, 1, ctx.stream, 0),
-                     lambda: cudla.mem_register(ctx.s.dev, addr, 64, 0),
-                     lambda: _fresh_load(addr, 256),
-                     lambda: cudla.Task.from_ptr(addr)):
+        for call, args in ((cudla.submit_task, (ctx.s.dev, addr, 1, ctx.stream, 0)),
+                           (cudla.mem_register, (ctx.s.dev, addr, 64, 0)),
+                           (_fresh_load, (addr, 256)), (cudla.Task.from_ptr, (addr,))):
             try:
-                result = call()
+                result = call(*args)
             except (cudla.CudlaError, ValueError):
                 continue
             if isinstance(result, int) and result == addr:  # a lucky, valid registration
@@ -255,6 +254,7 @@ def test_random_addresses_never_crash(ctx):
 
 
 E = runtime.cudaError_t
+K = runtime.cudaMemcpyKind
 
 
 @pytest.fixture
@@ -266,7 +266,7 @@ def host_and_device():
 
 def test_runtime_misuse(host_and_device):
     host, ptr = host_and_device
-    h2d, d2h = runtime.cudaMemcpyKind.cudaMemcpyHostToDevice, runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost
+    h2d, d2h = K.cudaMemcpyHostToDevice, K.cudaMemcpyDeviceToHost
     cases = [
         (runtime.cudaMalloc(-1), (E.cudaErrorInvalidValue, None)),
         (runtime.cudaFree(0x10_0000_0000), (E.cudaErrorInvalidValue,)),
