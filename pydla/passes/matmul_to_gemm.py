@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from pydla.ir import Graph, Node
 from pydla.passes.base import PassContext
-from pydla.passes.patterns import RewritePass, other_operand, produced_by, refuse, replace
+from pydla.passes.patterns import (
+    RewritePass,
+    is_add,
+    other_operand,
+    produced_by,
+    refuse,
+    replace,
+)
 from pydla.passes.rewrite import Uses, merge_provenance
 
 
@@ -31,7 +38,7 @@ class MatMulToGemm(RewritePass):
         if not b.is_const or not y.dtype.is_float or "epilogue" in mm.attrs:
             return False
         add = uses.only_user(y)
-        if add is None or add.op != "Add":
+        if add is None or not is_add(add):
             return False
         bias = other_operand(add, y)
         if bias is None or not bias.is_const:

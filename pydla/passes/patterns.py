@@ -16,6 +16,13 @@ from pydla.ir import Graph, Node, Value
 from pydla.passes.base import Pass, PassContext
 from pydla.passes.rewrite import Uses, const_scalar, merge_provenance, place_at
 
+# Two-input Sum is an Add (ONNX's own function bodies, e.g. Gelu's, write Sum).
+ADD = ("Add", "Sum")
+
+
+def is_add(node: Node | None) -> bool:
+    return node is not None and node.op in ADD and len(node.inputs) == 2
+
 
 def produced_by(v: Value | None, *ops: str) -> Node | None:
     """The node computing ``v`` if it is one of ``ops`` (never for constants or inputs)."""

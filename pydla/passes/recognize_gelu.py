@@ -14,7 +14,9 @@ import math
 from pydla.ir import Graph, Node, Value
 from pydla.passes.base import PassContext
 from pydla.passes.patterns import (
+    ADD,
     RewritePass,
+    is_add,
     is_scalar,
     other_operand,
     outside_reader,
@@ -35,7 +37,8 @@ def _erf_argument(erf: Node) -> tuple[Value, list[Node]] | None:
     scale = produced_by(erf.inputs[0], "Div", "Mul")
     if scale is None:
         return None
-    x = scale.inputs[0] if scale.op == "Div" else (split_const(scale) or (None, None))[1]
+    pair = split_const(scale)
+    x = scale.inputs[0] if scale.op == "Div" else pair[1] if pair is not None else None
     if x is None or not scaled_by(scale, x, 1.0 / math.sqrt(2.0)):
         return None
     return x, [scale]
@@ -47,7 +50,9 @@ def _cube(v: Value | None, x: Value) -> list[Node] | None:
     if pw is not None:
         return [pw] if pw.inputs[0] is x and is_scalar(pw.inputs[1], 3.0) else None
     outer = produced_by(v, "Mul")
-    sq = produced_by(other_operand(outer, x), "Mul") if outer is not None else None
+    if outer is None:
+        return None
+    sq = produced_by(other_operand(outer, x), "Mul")
     if sq is None or sq.inputs[0] is not x or sq.inputs[1] is not x:
         return None
     return [sq, outer]
@@ -59,17 +64,19 @@ def _tanh_argument(tanh: Node) -> tuple[Value, list[Node]] | None:
     pair = split_const(outer) if outer is not None else None
     if outer is None or pair is None or not is_scalar(pair[0], _TANH_SCALE):
         return None
-    inner = produced_by(pair[1], "Add")
+    inner = produced_by(pair[1], *ADD)
     if inner is None or len(inner.inputs) != 2:
         return None
     for x, term in (inner.inputs, inner.inputs[::-1]):
         k = produced_by(term, "Mul")
-        kpair = split_const(k) if k is not None else None
-        if x is None or kpair is None or not is_scalar(kpair[0], _CUBIC):
+        if x is None or k is None:
+            continue
+        kpair = split_const(k)
+        if kpair is None or not is_scalar(kpair[0], _CUBIC):
             continue
         cube = _cube(kpair[1], x)
         if cube is not None:
-            return x, [*cube, k, inner, outer]  # type: ignore[list-item]
+            return x, [*cube, k, inner, outer]
     return None
 
 
@@ -103,8 +110,8 @@ def _product(uses: Uses, p: Value, x: Value) -> list[Node] | None:
 
 def _one_plus(uses: Uses, v: Value) -> Node | None:
     """A reader of ``v`` computing 1 + v."""
-    return next((n for n in uses.of(v) if n.op == "Add"
-                 and is_scalar(other_operand(n, v), 1.0)), None)
+    return next((n for n in uses.of(v) if is_add(n) and is_scalar(other_operand(n, v), 1.0)),
+                None)
 
 
 class RecognizeGelu(RewritePass):

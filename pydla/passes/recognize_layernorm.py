@@ -21,6 +21,7 @@ from pydla.dtypes import to_storage
 from pydla.ir import Graph, Node, Value
 from pydla.passes.base import PassContext
 from pydla.passes.patterns import (
+    ADD,
     RewritePass,
     is_scalar,
     other_operand,
@@ -77,7 +78,7 @@ def _match_core(norm: Node) -> _Core | None:
         return None
     d, var_eps, between = found
     sub = produced_by(d, "Sub")
-    add = produced_by(var_eps, "Add")
+    add = produced_by(var_eps, *ADD)
     if sub is None or add is None:
         return None
     x, mean = sub.inputs
@@ -136,8 +137,8 @@ class RecognizeLayerNorm(RewritePass):
                         "trailing axes of a float tensor")
             return False
         nodes = list(core.nodes)
-        gamma = self._absorb(uses, nodes, "Mul", x, axis)
-        beta = self._absorb(uses, nodes, "Add", x, axis)
+        gamma = self._absorb(uses, nodes, ("Mul",), x, axis)
+        beta = self._absorb(uses, nodes, ADD, x, axis)
         result = nodes[-1]
         why = outside_reader(uses, nodes, result)
         if why is not None:
@@ -156,12 +157,12 @@ class RecognizeLayerNorm(RewritePass):
         return True
 
     @staticmethod
-    def _absorb(uses: Uses, nodes: list[Node], op: str, x: Value,
+    def _absorb(uses: Uses, nodes: list[Node], ops: tuple[str, ...], x: Value,
                 axis: int) -> np.ndarray | None:
         """Append the γ Mul (or β Add) that follows the match; its parameter, normalised."""
         last = nodes[-1].outputs[0]
         nxt = uses.only_user(last)
-        if nxt is None or nxt.op != op or nxt.outputs[0].shape != x.shape:
+        if nxt is None or nxt.op not in ops or nxt.outputs[0].shape != x.shape:
             return None
         c = other_operand(nxt, last)
         if c is None or not c.is_const or c.dtype != x.dtype:

@@ -13,7 +13,8 @@ def c(v: float) -> np.ndarray:
 
 
 def erf_gelu(order: str = "xp_half", scale: str = "div", half: str = "mul",
-             extra_outputs: tuple[str, ...] = (), root: float = math.sqrt(2), one: float = 1.0):
+             extra_outputs: tuple[str, ...] = (), root: float = math.sqrt(2), one: float = 1.0,
+             plus: str = "Add"):
     """0.5·x·(1 + erf(x/√2)) on x[2, 3, 8], grouped as ``order``."""
     inits = {"one": c(one), "half": c(0.5), "two": c(2.0)}
     if scale == "div":
@@ -22,7 +23,7 @@ def erf_gelu(order: str = "xp_half", scale: str = "div", half: str = "mul",
     else:
         inits["inv_root"] = c(1 / root)
         nodes = [node("Mul", ["inv_root", "x"], "u")]
-    nodes += [node("Erf", ["u"], "e"), node("Add", ["one", "e"], "p")]
+    nodes += [node("Erf", ["u"], "e"), node(plus, ["one", "e"], "p")]
 
     def halve(v: str, out: str):
         return node("Div", [v, "two"], out) if half == "div" else node("Mul", [v, "half"], out)
@@ -62,6 +63,15 @@ def test_erf_forms_become_gelu(order, scale, half):
     assert g.nodes[0].attrs == {"approximate": "none"}
     assert g.nodes[0].inputs[0].name == "x" and g.outputs[0].name == "y"
     assert len(g.nodes[0].fused_from) == len(m.graph.node)
+    assert_matches_ort(m, g, rtol=1e-5, atol=1e-6)
+
+
+def test_two_input_sum_counts_as_add():
+    # ONNX's own function body of Gelu writes 1 + erf(…) as Sum.
+    m = erf_gelu("half_x_p", plus="Sum")
+    g = imported(m)
+    assert apply(g, RecognizeGelu())
+    assert ops(g) == ["Gelu"]
     assert_matches_ort(m, g, rtol=1e-5, atol=1e-6)
 
 
