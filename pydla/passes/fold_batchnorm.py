@@ -7,7 +7,8 @@ import numpy as np
 
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.ir import Graph, Node, Value
-from pydla.passes.base import Pass, PassContext
+from pydla.passes.base import PassContext
+from pydla.passes.patterns import RewritePass
 from pydla.passes.rewrite import Uses, forward, merge_provenance
 
 _HOSTS = ("Conv", "ConvTranspose", "Gemm")
@@ -60,42 +61,33 @@ def _per_channel(c: np.ndarray, channels: int, out_shape: tuple[int, ...]) -> np
     return c.reshape(channels)
 
 
-class FoldBatchNorm(Pass):
+class FoldBatchNorm(RewritePass):
     name = "fold_batchnorm"
     ensures = ("batchnorm_folded",)
 
-    def run(self, graph: Graph, ctx: PassContext) -> bool:
-        changed = False
-        while self._once(graph, ctx):
-            changed = True
-        return changed
-
-    def _once(self, graph: Graph, ctx: PassContext) -> bool:
-        uses = Uses(graph)
-        for host in list(graph.nodes):
-            if host.op not in _HOSTS or "epilogue" in host.attrs:
-                continue
-            w = host.inputs[1] if len(host.inputs) > 1 else None
-            if w is None or not w.is_const or not w.dtype.is_float:
-                continue
-            if host.op == "Gemm" and len(host.outputs[0].shape) != 2:
-                continue
-            nxt = uses.only_user(host.outputs[0])
-            if nxt is None or nxt.inputs[0] is not host.outputs[0] and nxt.op != "Mul" \
-                    and nxt.op != "Add":
-                continue
-            affine = _affine_of(nxt, _channels(host))
-            if affine is None or nxt.outputs[0].dtype != host.outputs[0].dtype:
-                continue
-            if not self._fold(graph, host, *affine):
-                continue
-            if forward(graph, nxt.outputs[0], host.outputs[0]):
-                graph.nodes.remove(nxt)
-                merge_provenance(host, nxt)
-                ctx.note(f"fold_batchnorm: folded {nxt.op} {nxt.name!r} into {host.op} "
-                         f"{host.name!r}")
-                return True
-        return False
+    def rewrite(self, graph: Graph, uses: Uses, host: Node, ctx: PassContext) -> bool:
+        if host.op not in _HOSTS or "epilogue" in host.attrs:
+            return False
+        w = host.inputs[1] if len(host.inputs) > 1 else None
+        if w is None or not w.is_const or not w.dtype.is_float:
+            return False
+        if host.op == "Gemm" and len(host.outputs[0].shape) != 2:
+            return False
+        nxt = uses.only_user(host.outputs[0])
+        if nxt is None or (nxt.op == "BatchNormalization" and nxt.inputs[0] is not host.outputs[0]):
+            return False
+        affine = _affine_of(nxt, _channels(host))
+        if affine is None or nxt.outputs[0].dtype != host.outputs[0].dtype:
+            return False
+        if not self._fold(graph, host, *affine):
+            return False
+        # The host's output has a single reader and is no graph output, so it can always
+        # take over the folded layer's output (and its name, if that is a graph output).
+        forward(graph, nxt.outputs[0], host.outputs[0])
+        graph.nodes.remove(nxt)
+        merge_provenance(host, nxt)
+        ctx.note(f"fold_batchnorm: folded {nxt.op} {nxt.name!r} into {host.op} {host.name!r}")
+        return True
 
     @staticmethod
     def _fold(graph: Graph, host: Node, scale: np.ndarray, shift: np.ndarray) -> bool:

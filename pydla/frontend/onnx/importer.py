@@ -310,8 +310,10 @@ def _value_shape(vi: onnx.ValueInfoProto) -> tuple[list[int | str | None], DType
     try:
         dtype = DType(tt.elem_type)
     except ValueError:
-        raise ModelImportError(f"input {vi.name!r} has unsupported element type "
-                               f"{tt.elem_type}") from None
+        name = onnx.TensorProto.DataType.Name(tt.elem_type) if tt.elem_type in \
+            onnx.TensorProto.DataType.values() else str(tt.elem_type)
+        raise ModelImportError(f"input {vi.name!r} has element type {name}, which pydla does "
+                               "not support") from None
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
         if d.HasField("dim_value") and d.dim_value > 0:
