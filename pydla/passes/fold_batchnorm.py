@@ -83,7 +83,9 @@ class FoldBatchNorm(RewritePass):
             return False
         # The host's output has a single reader and is no graph output, so it can always
         # take over the folded layer's output (and its name, if that is a graph output).
+        folded_name = nxt.outputs[0].name
         forward(graph, nxt.outputs[0], host.outputs[0])
+        host.outputs[0].name = folded_name  # the tensor now holds what that node computed
         graph.nodes.remove(nxt)
         merge_provenance(host, nxt)
         ctx.note(f"fold_batchnorm: folded {nxt.op} {nxt.name!r} into {host.op} {host.name!r}")

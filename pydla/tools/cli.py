@@ -11,12 +11,20 @@ from pydla.tools.flags import FlagError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pydla.tools import cmd_build, cmd_demo, cmd_run
+    from pydla.tools import (
+        cmd_bench,
+        cmd_build,
+        cmd_compare,
+        cmd_demo,
+        cmd_inspect,
+        cmd_report,
+        cmd_run,
+    )
 
     parser = argparse.ArgumentParser(
         prog="pydla", description="Compile ONNX models into loadables and run them.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cmd_build, cmd_run, cmd_demo):
+    for module in (cmd_build, cmd_run, cmd_bench, cmd_compare, cmd_inspect, cmd_report, cmd_demo):
         module.register(sub)
     args = parser.parse_args(argv)
     try:

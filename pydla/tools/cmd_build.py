@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
-from pydla.dtypes import DType
-from pydla.tools.flags import (
-    parse_io_formats,
-    parse_layer_precisions,
-    parse_mem_pools,
-    parse_shapes,
-)
+from pydla.tools.buildflags import add_build_flags, build_options
+from pydla.tools.flags import parse_mem_pools
 
 HARMLESS = ("--buildDLAStandalone", "--allowGPUFallback", "--skipInference", "--noDataTransfers")
 
@@ -25,30 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "always runs on the chosen pydla device): " + ", ".join(HARMLESS) + ".")
     p.add_argument("--onnx", required=True, help="ONNX model file")
     p.add_argument("--saveEngine", required=True, help="where to write the loadable")
-    p.add_argument("--shapes", help="fix dynamic inputs: name:1x3x224x224,…; a shape "
-                   "tensor's value: name:[1,2,3]")
-    p.add_argument("--inputIOFormats", help="type:format per input, in order "
-                   "(e.g. fp16:chw16); a bare format keeps the model's type")
-    p.add_argument("--outputIOFormats", help="type:format per output, in order")
+    add_build_flags(p)
     p.add_argument("--useDLACore", type=int, default=None,
                    help="DLA core the loadable is meant for (selects the virtual device)")
     p.add_argument("--memPoolSize", help="pool:size,… (MiB unless suffixed). workspace caps "
                    "the scratch memory of fused layers (the build fails, naming the size it "
                    "needs, if it is too small); the DLA pools (dlaSRAM, dlaLocalDRAM, "
                    "dlaGlobalDRAM) are recorded in the loadable and mean nothing on the CPU")
-    p.add_argument("--builderOptimizationLevel", type=int, default=3, choices=range(0, 6),
-                   help="0 = no passes and reference kernels (for bisecting); 1-2 = every "
-                   "pass, kernels chosen by heuristics; 3 (default) and up = every pass, "
-                   "kernels chosen by timing them on this machine")
-    p.add_argument("--timingCacheFile", help="read and update kernel timings here, so "
-                   "rebuilds are fast and pick the same tactics")
-    p.add_argument("--autocast", choices=("fp16", "bf16"),
-                   help="run float32 layers in fp16/bf16 where numerically safe "
-                   "(sensitive layers stay fp32; see docs/builder.md)")
-    p.add_argument("--layerPrecisions", help="per-layer override for --autocast: "
-                   "name:fp32,name:fp16,…")
-    p.add_argument("--calibrationInputs", help=".npz of inputs (keyed by name); with "
-                   "--autocast, layers whose values overflow the target type stay fp32")
     p.add_argument("--verbose", action="store_true",
                    help="log every build decision (each fusion with the ONNX nodes it consumed)")
     p.add_argument("--exportLayerInfo", help="write layer information (JSON) to this file")
@@ -59,25 +38,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydla.builder import BuildOptions, build
+    from pydla.builder import build
     from pydla.loadable import read_loadable
-    from pydla.plan.precision import load_calibration
     from pydla.tools.layerinfo import layer_info
+    from pydla.tools.progress import Progress
 
-    shapes, values = parse_shapes(args.shapes)
-    options = BuildOptions(
-        shapes=shapes, input_values=values,
-        input_formats=parse_io_formats(args.inputIOFormats, "--inputIOFormats"),
-        output_formats=parse_io_formats(args.outputIOFormats, "--outputIOFormats"),
-        dla_core=args.useDLACore, mem_pools=parse_mem_pools(args.memPoolSize),
-        opt_level=args.builderOptimizationLevel, verbose=args.verbose,
-        timing_cache=args.timingCacheFile,
-        autocast=DType.from_name(args.autocast) if args.autocast else None,
-        layer_precisions=parse_layer_precisions(args.layerPrecisions),
-        calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
-        log=lambda message: print(f"[pydla] [V] {message}"))
     start = time.perf_counter()
-    data = build(args.onnx, options)
+    with Progress("Autotuning") as bar:
+        options = dataclasses.replace(
+            build_options(args, log=lambda message: print(f"[pydla] [V] {message}"),
+                          verbose=args.verbose, progress=bar.report),
+            dla_core=args.useDLACore, mem_pools=parse_mem_pools(args.memPoolSize))
+        data = build(args.onnx, options)
     with open(args.saveEngine, "wb") as f:
         f.write(data)
     print(f"[pydla] built {args.onnx} -> {args.saveEngine} ({len(data):,} bytes) in "

@@ -39,6 +39,12 @@ class Progress:
             self._fraction = min(1.0, self.done / self.total)
         self._draw()
 
+    def report(self, done: int, total: int) -> None:
+        """A ``(done, total)`` callback, as the builder's autotuning progress hook calls."""
+        self.total = total
+        self.done = 0
+        self.advance(done)
+
     def fraction(self, value: float) -> None:
         self._fraction = min(1.0, max(0.0, value))
         self._draw()

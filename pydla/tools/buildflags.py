@@ -1,0 +1,73 @@
+"""Build flags shared by the commands that build a model before using it (bench, compare,
+inspect): the same names and meanings as ``pydla build``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pydla.dtypes import DType
+from pydla.tools.flags import (
+    FlagError,
+    parse_io_formats,
+    parse_layer_precisions,
+    parse_shapes,
+)
+
+if TYPE_CHECKING:  # the builder imports onnx, which the runtime-only commands never need
+    from pydla.builder import BuildOptions
+
+
+def add_build_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("build flags (as for pydla build)")
+    g.add_argument("--shapes", help="fix dynamic inputs: name:1x3x224x224,…; a shape tensor's "
+                   "value: name:[1,2,3]")
+    g.add_argument("--inputIOFormats", help="type:format per input, in order")
+    g.add_argument("--outputIOFormats", help="type:format per output, in order")
+    g.add_argument("--builderOptimizationLevel", type=int, default=3, choices=range(0, 6),
+                   help="0 = no passes, reference kernels (for bisecting); 3 (default) = "
+                   "every pass, kernels chosen by timing them")
+    g.add_argument("--timingCacheFile", help="read and update kernel timings here")
+    g.add_argument("--autocast", choices=("fp16", "bf16"),
+                   help="run float32 layers in fp16/bf16 where numerically safe")
+    g.add_argument("--layerPrecisions", help="per-layer override for --autocast: name:fp32,…")
+    g.add_argument("--calibrationInputs", help=".npz of inputs for --autocast's range check")
+
+
+def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = None,
+                  verbose: bool = False,
+                  progress: Callable[[int, int], object] | None = None) -> BuildOptions:
+    """BuildOptions from the flags of ``add_build_flags``."""
+    from pydla.builder import BuildOptions
+    from pydla.plan.precision import load_calibration
+
+    shapes, values = parse_shapes(args.shapes)
+    return BuildOptions(
+        shapes=shapes, input_values=values,
+        input_formats=parse_io_formats(args.inputIOFormats, "--inputIOFormats"),
+        output_formats=parse_io_formats(args.outputIOFormats, "--outputIOFormats"),
+        opt_level=args.builderOptimizationLevel, verbose=verbose, log=log,
+        timing_cache=args.timingCacheFile, progress=progress,
+        autocast=DType.from_name(args.autocast) if args.autocast else None,
+        layer_precisions=parse_layer_precisions(args.layerPrecisions),
+        calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else ())
+
+
+def engine_bytes(args: argparse.Namespace, onnx_path: str | None) -> bytes:
+    """The loadable named by ``--loadEngine``, or ``onnx_path`` built with the build flags
+    (and written to ``--saveEngine`` when the command has that flag)."""
+    if getattr(args, "loadEngine", None):
+        with open(args.loadEngine, "rb") as f:
+            return f.read()
+    if not onnx_path:
+        raise FlagError("give --loadEngine=engine.bin or --onnx=model.onnx")
+    from pydla.builder import build
+    from pydla.tools.progress import Progress
+
+    with Progress("Autotuning") as bar:
+        data = build(onnx_path, build_options(args, progress=bar.report))
+    if getattr(args, "saveEngine", None):
+        with open(args.saveEngine, "wb") as f:
+            f.write(data)
+    return data

@@ -1,0 +1,204 @@
+"""``pydla compare``: pydla against onnxruntime on the same inputs, output by output
+(Polygraphy's ``run --onnxrt`` comparison), and with ``--layerwise`` layer by layer to name the
+first layer that diverges."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pydla.dtypes import to_compute
+from pydla.loadable import LayerInfo, Program
+from pydla.tools.buildflags import add_build_flags, engine_bytes
+from pydla.tools.errorstats import (
+    CHECK_STATS,
+    DEFAULT_TOL,
+    Comparison,
+    PerName,
+    Tolerance,
+    compare_arrays,
+    format_comparison,
+    parse_per_name,
+)
+from pydla.tools.flags import FlagError, parse_shapes
+
+if TYPE_CHECKING:
+    import onnx
+
+    from pydla.engine import LoadedModule
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="compare pydla with onnxruntime (outputs, or every layer)",
+        description="Run the model with pydla and onnxruntime on the same inputs and compare "
+        "every output (Polygraphy's statistics and pass rule). Exit code 0 when all pass, 1 "
+        "otherwise. --layerwise also compares every layer output that survives in the engine "
+        "and names the first layer that diverges, with the ONNX nodes fused into it.")
+    p.add_argument("model", help="the ONNX model (the reference)")
+    p.add_argument("--loadEngine", help="a loadable built from the model (else it is built "
+                   "with the build flags)")
+    p.add_argument("--loadInputs", help="inputs: .npz keyed by name, or name:file.bin,… "
+                   "(default: seeded random)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    p.add_argument("--atol", help=f"absolute tolerance, and per tensor name:value "
+                   f"(default {DEFAULT_TOL:g})")
+    p.add_argument("--rtol", help=f"relative tolerance, and per tensor name:value "
+                   f"(default {DEFAULT_TOL:g})")
+    p.add_argument("--check-error-stat", dest="check_error_stat", default="elemwise",
+                   help=f"{'|'.join(CHECK_STATS)}, and per tensor name:stat (default "
+                   "elemwise: fail where both abs > atol and rel > rtol)")
+    p.add_argument("--layerwise", action="store_true",
+                   help="compare every layer output and name the first divergent layer")
+    add_build_flags(p)
+    p.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    atol: PerName
+    rtol: PerName
+    check: PerName
+
+    def of(self, name: str) -> Tolerance:
+        return Tolerance(float(self.atol.get(name)), float(self.rtol.get(name)),
+                         self.check.get(name))
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydla.builder import load_model
+    from pydla.engine import LoadedModule
+    from pydla.tools.cmd_run import load_inputs
+    from pydla.tools.layerwise import run_ort
+
+    tols = Tolerances(parse_per_name(args.atol, "--atol", str(DEFAULT_TOL), True),
+                      parse_per_name(args.rtol, "--rtol", str(DEFAULT_TOL), True),
+                      parse_per_name(args.check_error_stat, "--check-error-stat", "elemwise",
+                                     False))
+    model = load_model(args.model)
+    module = LoadedModule(engine_bytes(args, args.model))
+    prog = module.program
+    tensors = [prog.tensors[io.tensor] for io in prog.inputs]
+    inputs = load_inputs(args.loadInputs, module.input_names, [t.shape for t in tensors],
+                         [t.dtype for t in tensors], args.seed)
+    feeds = _ort_feeds(model, dict(zip(module.input_names, inputs)), args.shapes)
+    source = "seeded random" if not args.loadInputs else args.loadInputs
+    for name, x in feeds.items():
+        _info(f"Input {name} {x.shape} {x.dtype} ({source})")
+    if args.layerwise:
+        from pydla.tools.layerwise import with_all_outputs
+
+        reference = run_ort(with_all_outputs(model), feeds)
+    else:
+        reference = run_ort(model, feeds)
+    got = module.run(inputs)
+    _info(f"Comparing pydla ({args.loadEngine or 'built from ' + args.model}) with onnxruntime")
+    failed = 0
+    for name, y in zip(module.output_names, got):
+        if name not in reference:
+            raise FlagError(f"the engine's output {name!r} is not an output of {args.model}")
+        t = next(t for t in prog.tensors if t.name == name)
+        c = compare_arrays(to_compute(y, t.dtype), reference[name], tols.of(name))
+        for line in format_comparison(f"Output {name}", c, t.dtype.name.lower()):
+            _info(line)
+        failed += not c.passed
+    total = len(got)
+    if failed:
+        _error(f"FAILED | {failed} of {total} outputs differ beyond tolerance")
+    else:
+        _info(f"PASSED | all {total} outputs match")
+    diverged = False
+    if args.layerwise:
+        diverged = _layerwise(module, model, inputs, reference, tols)
+    return 1 if failed or diverged else 0
+
+
+def _ort_feeds(model: onnx.ModelProto, given: dict[str, np.ndarray], shapes: str | None
+               ) -> dict[str, np.ndarray]:
+    """The engine's inputs, plus shape-tensor inputs whose values --shapes fixed."""
+    _, values = parse_shapes(shapes)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if vi.name in given:
+            feeds[vi.name] = given[vi.name]
+        elif vi.name in values:
+            from onnx import helper
+
+            np_type = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            feeds[vi.name] = np.asarray(values[vi.name], np_type)
+        else:
+            raise FlagError(f"model input {vi.name!r} is not an input of the engine; give its "
+                            f"value with --shapes={vi.name}:[v0,v1,…]")
+    return feeds
+
+
+def _layerwise(module: LoadedModule, model: onnx.ModelProto, inputs: list[np.ndarray],
+               reference: dict[str, np.ndarray], tols: Tolerances) -> bool:
+    """Print every compared layer output; name the first layer beyond tolerance."""
+    from pydla.tools.layerwise import capture_layers, reference_names
+    from pydla.tools.progress import Progress
+
+    prog = module.program
+    captured = capture_layers(module, inputs)
+    names = reference_names(prog, model)
+    results: dict[int, Comparison] = {}
+    first: LayerInfo | None = None
+    rows = []
+    with Progress("Comparing layers", len(prog.layers)) as bar:
+        for lay in prog.layers:
+            for t in lay.outputs:
+                name = names.get(t)
+                if name not in reference:
+                    continue
+                c = compare_arrays(captured[t], reference[name], tols.of(name))
+                results[t] = c
+                rows.append((lay, name, c))
+                if not c.passed and first is None:
+                    first = lay
+            bar.advance()
+    _info("")
+    _info(f"=== Layerwise: {len(rows)} layer outputs of {len(prog.layers)} layers compared ===")
+    width = max([len(lay.name) for lay, _, _ in rows] + [5])
+    _info(f"{'#':>4}  {'layer':<{width}}  {'op':<18} {'prec':<5} {'max abs':>10} "
+          f"{'max rel':>10} {'cosine':>10}  tensor")
+    for lay, name, c in rows:
+        mark = "" if c.passed else "  <- FAILED"
+        _info(f"{lay.index:>4}  {lay.name:<{width}}  {lay.op:<18} {lay.precision:<5} "
+              f"{c.abs.max:>10.3g} {c.rel.max:>10.3g} {c.cosine:>10.6f}  {name}{mark}")
+    if first is None:
+        _info(f"PASSED | no layer diverges beyond tolerance ({len(rows)} tensors compared)")
+        return False
+    _report_first(prog, first, results)
+    return True
+
+
+def _report_first(prog: Program, lay: LayerInfo, results: dict[int, Comparison]) -> None:
+    _error(f"First divergent layer: #{lay.index} {lay.name!r} ({lay.op}, {lay.precision}, "
+           f"tactic {lay.tactic})")
+    _error(f"    fused ONNX nodes: {', '.join(lay.fused_from)}")
+    for t in lay.outputs:
+        if t in results:
+            for line in format_comparison(f"output {prog.tensors[t].name}", results[t],
+                                          prog.tensors[t].dtype.name.lower()):
+                _error("    " + line)
+    # Network inputs are fed identically to both sides, so they match by construction.
+    network = {io.tensor for io in prog.inputs}
+    checked = [(prog.tensors[t].name, results[t].passed if t in results else True)
+               for t in lay.inputs if t in results or t in network]
+    if checked and all(ok for _, ok in checked):
+        names = ", ".join(n for n, _ in checked)
+        _error(f"    its inputs ({names}) match onnxruntime: the error starts in this layer")
+
+
+def _info(line: str) -> None:
+    print(f"[pydla] [I] {line}")
+
+
+def _error(line: str) -> None:
+    print(f"[pydla] [E] {line}")
