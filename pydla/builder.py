@@ -48,6 +48,11 @@ class BuildOptions:
     autotune: bool = True
     timing_cache: str | None = None
     progress: Callable[[int, int], Any] | None = None
+    # --target: the backend the loadable is tuned for, "cpu" or "cuda"; a cuda loadable
+    # records the GPU architecture (cuda_arch, e.g. "sm_90"; default: the visible GPU's)
+    # and is refused by another (docs/cuda.md).
+    target: str = "cpu"
+    cuda_arch: str | None = None
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
@@ -83,7 +88,8 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
         for node in graph.nodes:
             node.tactic = REFERENCE
         return graph
-    autotune = options.autotune and options.opt_level >= 3
+    # CPU kernels are timed only for the CPU; the CUDA backend times its own at load.
+    autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
     cache = TimingCache.load(options.timing_cache) if autotune else None
     choose_tactics(graph, ctx, autotune=autotune, cache=cache, progress=options.progress)
     if cache is not None:
@@ -97,8 +103,12 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     options = options or BuildOptions()
     proto = load_model(model)
     graph = build_graph(proto, options)
-    target: dict[str, Any] = {"backend": "cpu", "dla_core": options.dla_core,
+    target: dict[str, Any] = {"backend": options.target, "dla_core": options.dla_core,
                               "mem_pools": dict(options.mem_pools)}
+    if options.target == "cuda":
+        target["cuda_arch"] = options.cuda_arch or _visible_cuda_arch()
+    elif options.target != "cpu":
+        raise BuildError(f"unknown target {options.target!r}; pydla builds for 'cpu' or 'cuda'")
     build_info = {"opset": graph.opset, "opt_level": options.opt_level,
                   "shapes": {k: list(v) for k, v in options.shapes.items()}}
     meta, weights = lower(graph, input_formats=options.input_formats,
@@ -112,3 +122,13 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                              f"--memPoolSize=workspace:{limit}B is too small (use at least "
                              f"workspace:{needed}B)")
     return data
+
+
+def _visible_cuda_arch() -> str | None:
+    """The architecture of GPU 0 (e.g. "sm_90"), or None where CUDA is not available."""
+    try:
+        from pydla.backends.cuda.driver import arch_name, device_count
+
+        return arch_name(0) if device_count() else None
+    except Exception:  # noqa: BLE001  (no cuda-bindings, no driver: a portable loadable)
+        return None

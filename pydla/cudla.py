@@ -77,7 +77,7 @@ __all__ = [
     "mem_register", "mem_unregister", "module_attribute_dtype", "module_get_attributes",
     "module_load_from_memory", "module_tensor_descriptor_dtype", "module_unload",
     "set_task_timeout_in_ms", "signal_events_dtype", "submit_task", "task_dtype",
-    "wait_events_dtype",
+    "use_backend", "wait_events_dtype",
 ]
 
 
@@ -124,6 +124,19 @@ def device_get_count() -> int:
     return DEVICE_COUNT
 
 
+_BACKEND = "cpu"
+
+
+def use_backend(name: str) -> None:
+    """pydla extension: where devices created from now on run their modules: ``"cpu"`` (the
+    default) or ``"cuda"`` (an NVIDIA GPU, ``pip install pydla[cuda]``: registered memory is
+    device memory, tasks join the caller's CUDA stream). See docs/cuda.md."""
+    global _BACKEND
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"unknown backend {name!r}; pydla has 'cpu' and 'cuda'")
+    _BACKEND = name
+
+
 def create_device(device: int, flags: int) -> int:
     with _funnel():
         device, flags = operator.index(device), operator.index(flags)
@@ -131,6 +144,10 @@ def create_device(device: int, flags: int) -> int:
             raise UnsupportedOperationError("standalone mode needs NvSci, which pydla lacks")
         if flags:
             raise InvalidParamError(f"create_device flags must be Mode.CUDA_DLA, not {flags}")
+        if _BACKEND == "cuda":  # imported only when chosen: the CPU path never loads CUDA
+            from pydla.backends.cuda.device import CudaDlaDevice
+
+            return CudaDlaDevice(device).handle
         return DlaDevice(device).handle
 
 
@@ -214,8 +231,17 @@ def submit_task(dev_handle: int, ptr_to_tasks: int, num_tasks: int, stream: int,
     with _funnel():
         dev = _device(dev_handle)
         ptr, count = operator.index(ptr_to_tasks), operator.index(num_tasks)
-        stream, flags = operator.index(stream), operator.index(flags)
+        stream, flags = _stream_handle(stream), operator.index(flags)
         dev.submit(read_tasks(ptr, count), stream, flags)
+
+
+def _stream_handle(stream: Any) -> int:
+    """An int handle, or any stream object with ``__cuda_stream__`` (PyTorch, CuPy,
+    cuda.core)."""
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int((proto() if callable(proto) else proto)[1])
+    return operator.index(stream)
 
 
 def device_get_attribute(dev_handle: int, attrib: int) -> DevAttribute:

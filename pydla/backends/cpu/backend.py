@@ -11,6 +11,7 @@ from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
 from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder
+from pydla.backends.cpu.steps import prebind
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import KernelError, LoadableError, PydlaError
 from pydla.loadable.program import LayerInfo, Program
@@ -141,6 +142,8 @@ class CpuProgram:
             if layer.attrs.get("in_place"):
                 run = _in_place(layer, run, ins, outs)
             self.steps.append((run, ins, outs))
+        # One no-argument call per layer: what the hot loop runs.
+        self.thunks = [prebind(run, ins, outs) for run, ins, outs in self.steps]
         self.input_views = [self.views[io.tensor] for io in program.inputs]
         self.output_views = [self.views[io.tensor] for io in program.outputs]
         self.layer_times: list[tuple[int, int]] | None = None
@@ -154,16 +157,24 @@ class CpuProgram:
             np.copyto(y, view, casting="unsafe")
 
     def run_layers(self, on_layer: LayerHook | None = None) -> None:
-        for index, ((run, ins, outs), layer) in enumerate(zip(self.steps, self.program.layers)):
-            start = time.perf_counter_ns() if on_layer is not None else 0
-            try:
-                run(ins, outs)
-            except PydlaError:
-                raise
-            except Exception as e:  # a kernel bug or a numeric failure: name the layer
-                raise KernelError(layer.name, layer.op, f"{type(e).__name__}: {e}") from e
-            if on_layer is not None:  # the runtime's timing and timeout hook; it may raise
-                on_layer(index, start, time.perf_counter_ns())
+        index = 0
+        try:
+            if on_layer is None:
+                # ``index`` names the failing layer in the handler below.
+                for index, thunk in enumerate(self.thunks):  # noqa: B007
+                    thunk()
+                return
+            clock = time.perf_counter_ns
+            for index, thunk in enumerate(self.thunks):
+                start = clock()
+                thunk()
+                # The runtime's timing and timeout hook; it may raise (PydlaError).
+                on_layer(index, start, clock())
+        except PydlaError:
+            raise
+        except Exception as e:  # a kernel bug or a numeric failure: name the layer
+            layer = self.program.layers[index]
+            raise KernelError(layer.name, layer.op, f"{type(e).__name__}: {e}") from e
 
 
 class CpuBackend:

@@ -1,12 +1,23 @@
 """Every CPU kernel module, imported by name so the registry is explicit."""
 
 from pydla.backends.cpu.kernels import (  # noqa: F401
+    attention,
     conv,
+    conv_fast,
     elementwise,
     elementwise_activation,
+    fast_layernorm,
+    fast_lstm,
+    fast_matmul,
+    fast_pointwise,
+    fast_pooling,
+    fast_resize,
+    fast_softmax,
     indexing,
     logic,
+    losses,
     matmul,
+    misc_ops,
     normalization,
     pooling,
     quantize,
@@ -14,5 +25,6 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     reduce,
     resize,
     shape,
+    signal,
     softmax,
 )

@@ -3,14 +3,15 @@
 Each kernel is a short chain of ufuncs writing into the planned output (``out=``). Masked
 ufuncs and np.where are avoided on these hot paths: on irregular masks they run 10–50×
 slower than a plain pass, so piecewise functions are written with max/min/clip (or a
-bitwise ``select``). ``ndarray.clip`` stands in for np.maximum(x, scalar), which numpy does
-not vectorise. Scalar attributes are boxed in the compute type once, at bind time.
+bitwise ``select``). ``ndarray.clip`` stands in for np.maximum/np.minimum against a scalar,
+which numpy 2.4 runs about 3× slower. Scalar attributes are boxed in the compute type once,
+at bind time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -265,34 +266,53 @@ def bind_celu(spec: LayerSpec) -> RunFn:
     return _bind_exponential_linear(spec, alpha, inner=alpha)
 
 
-def _sigmoid(x: np.ndarray, out: np.ndarray, scale: np.generic | None = None) -> None:
-    """out = 1 / (1 + exp(-scale·x)); exp overflows to inf for very negative x, giving 0."""
-    if scale is None:
-        np.negative(x, out=out)
-    else:
-        np.multiply(x, -scale, out=out)
-    with np.errstate(over="ignore"):
-        np.exp(out, out=out)
-    np.add(out, 1, out=out)
-    np.reciprocal(out, out=out)
+def _sigmoid(spec: LayerSpec, scale: float = 1.0) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``f(x, out)``: out = 1 / (1 + exp(-scale·x)).
+
+    float32 takes the form 0.5 + 0.5·tanh(scale·x/2): tanh runs twice as fast as exp here and
+    cannot overflow; its absolute error (3e-8) is below onnxruntime's (1e-7). float64 keeps
+    the exp form, whose error stays relative in the tails.
+    """
+    dtype = spec.outputs[0].dtype.np.type
+    half, k = dtype(0.5), dtype(0.5 * scale)
+    if dtype is np.float32:
+        def tanh_form(x: np.ndarray, out: np.ndarray) -> None:
+            np.multiply(x, k, out=out)
+            np.tanh(out, out=out)
+            np.multiply(out, half, out=out)
+            np.add(out, half, out=out)
+
+        return tanh_form
+    minus_scale = dtype(-scale)
+
+    def exp_form(x: np.ndarray, out: np.ndarray) -> None:
+        np.multiply(x, minus_scale, out=out)
+        with np.errstate(over="ignore"):  # exp(-x) = inf for very negative x gives 0
+            np.exp(out, out=out)
+        np.add(out, 1, out=out)
+        np.reciprocal(out, out=out)
+
+    return exp_form
 
 
 @kernel("Sigmoid")
 def bind_sigmoid(spec: LayerSpec) -> RunFn:
+    sigmoid = _sigmoid(spec)
+
     def run(inputs: Inputs, outputs: Outputs) -> None:
-        _sigmoid(inputs[0], outputs[0])
+        sigmoid(inputs[0], outputs[0])
 
     return run
 
 
 @kernel("Swish")
 def bind_swish(spec: LayerSpec) -> RunFn:
-    alpha = spec.outputs[0].dtype.np.type(spec.attrs["alpha"])
+    sigmoid = _sigmoid(spec, spec.attrs["alpha"])
 
     def run(inputs: Inputs, outputs: Outputs) -> None:
         out = outputs[0]
         x = unaliased(inputs[0], out)
-        _sigmoid(x, out, alpha)
+        sigmoid(x, out)
         np.multiply(out, x, out=out)
 
     return run

@@ -30,7 +30,8 @@ passthrough(
 )
 
 
-def _checked(ctx: ImportContext, node: OnnxNode, name: str, allowed: tuple) -> list[Value]:
+def _checked(ctx: ImportContext, node: OnnxNode, name: str,
+             allowed: tuple[object, ...]) -> list[Value]:
     """Emit the node as it is once attribute ``name`` is one of ``allowed``."""
     attrs = node.attrs_with_defaults()
     if attrs.get(name) not in allowed:

@@ -32,9 +32,11 @@ def _cast(ctx: ImportContext, x: Value, code: int) -> list[Value]:
 
 @onnx_op("Cast")
 def import_cast(ctx: ImportContext, node: OnnxNode) -> list[Value]:
-    x = node.inputs[0]
+    x, to = node.inputs[0], node.attr("to")
     assert x is not None
-    return _cast(ctx, x, int(node.attrs["to"]))
+    if to is None:
+        raise ctx.error("Cast has no 'to' attribute")
+    return _cast(ctx, x, int(to))
 
 
 @onnx_op("CastLike")
