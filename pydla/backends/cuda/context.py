@@ -1,0 +1,168 @@
+"""What binders share while a program is bound: placements, weights, NVRTC, cuDNN, timing."""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import sysconfig
+from collections.abc import Sequence
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from pydla.backends.cuda.codegen import PRELUDE
+from pydla.backends.cuda.layout import LINEAR, Placement
+from pydla.backends.cuda.registry import Candidate, Launch
+from pydla.errors import KernelError
+from pydla.loadable.program import Program
+
+BLOCK = 256
+MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs are plenty
+
+
+def _preload_cudnn() -> None:
+    """Make libcudnn findable for the cuDNN frontend: the nvidia-cudnn wheel may sit in
+    another site directory than the frontend (e.g. a carried ``--target`` install)."""
+    dirs = {sysconfig.get_path("purelib"), *sys.path}
+    for d in dirs:
+        for path in glob.glob(os.path.join(d or ".", "nvidia", "cudnn", "lib", "libcudnn.so.9")):
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+_CUDNN: Any = None
+
+
+def cudnn_module() -> Any:
+    """The cuDNN frontend module, or None where it is not installed."""
+    global _CUDNN
+    if _CUDNN is None:
+        try:
+            _preload_cudnn()
+            import cudnn
+
+            _CUDNN = cudnn
+        except (ImportError, OSError):
+            _CUDNN = False
+    return _CUDNN or None
+
+
+class BindContext:
+    def __init__(self, program: Program, placements: dict[int, Placement],
+                 stream: cp.cuda.Stream) -> None:
+        self.program = program
+        self.placements = placements
+        self.stream = stream
+        self.keep: list[Any] = []  # device buffers the bound layers read (weights, staging)
+        self._functions: dict[tuple[str, str], Any] = {}
+        self._cudnn_handle: Any = None
+        self.workspace: cp.ndarray | None = None
+        self.notes: list[str] = []  # why candidates were not built (cuDNN refusals…)
+
+    # -- tensors -----------------------------------------------------------------------
+    def is_weight(self, index: int) -> bool:
+        return self.program.tensors[index].kind == "weight"
+
+    def host(self, index: int) -> np.ndarray:
+        t = self.program.tensors[index]
+        if t.kind != "weight":
+            raise KernelError(t.name, "cuda", "a constant was expected here")
+        return self.program.weight(t)
+
+    def place(self, index: int) -> Placement:
+        """The device placement of a tensor; a weight is uploaded (row-major) on first use."""
+        found = self.placements.get(index)
+        if found is None:
+            t = self.program.tensors[index]
+            found = Placement(self.upload(self.host(index)), t.shape, t.dtype, LINEAR)
+            self.placements[index] = found
+        return found
+
+    def upload(self, array: np.ndarray) -> int:
+        dev = cp.asarray(np.ascontiguousarray(array))
+        self.keep.append(dev)
+        return int(dev.data.ptr)
+
+    def scratch(self, nbytes: int) -> int:
+        buf = cp.empty(max(nbytes, 1), dtype=cp.uint8)
+        self.keep.append(buf)
+        return int(buf.data.ptr)
+
+    # -- NVRTC -------------------------------------------------------------------------
+    def function(self, source: str, name: str) -> Any:
+        key = (source, name)
+        fn = self._functions.get(key)
+        if fn is None:
+            module = cp.RawModule(code=PRELUDE + source, options=("--std=c++17",))
+            fn = module.get_function(name)
+            self._functions[key] = fn
+        return fn
+
+    def kernel_launch(self, source: str, name: str, threads: int, args: Sequence[Any],
+                      block: int = BLOCK, lazy: bool = False) -> Launch:
+        """Enqueue ``name`` over ``threads`` threads (grid-stride loops cap the grid);
+        ``lazy`` defers compiling to the first launch (fallbacks that rarely run)."""
+        grid = max(1, min((threads + block - 1) // block, MAX_BLOCKS))
+        args = tuple(args)
+        compiled: list[Any] = [] if lazy else [self.function(source, name)]
+
+        def launch(stream: Any) -> None:
+            if not compiled:
+                compiled.append(self.function(source, name))
+            compiled[0]((grid,), (block,), args, stream=stream)
+
+        return launch
+
+    # -- cuDNN ---------------------------------------------------------------------------
+    @property
+    def cudnn(self) -> Any:
+        return cudnn_module()
+
+    @property
+    def cudnn_handle(self) -> Any:
+        if self._cudnn_handle is None:
+            self._cudnn_handle = self.cudnn.create_handle()
+        return self._cudnn_handle
+
+    def need_workspace(self, nbytes: int) -> None:
+        if nbytes and (self.workspace is None or self.workspace.nbytes < nbytes):
+            self.workspace = cp.empty(nbytes, dtype=cp.uint8)
+
+    @property
+    def workspace_ptr(self) -> int:
+        return 0 if self.workspace is None else int(self.workspace.data.ptr)
+
+    # -- autotuning ------------------------------------------------------------------------
+    def time_ms(self, candidate: Candidate, reps: int = 3) -> float:
+        """GPU time of one run (mean of ``reps`` after one warm-up)."""
+        candidate.launch(self.stream)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(self.stream)
+        for _ in range(reps):
+            candidate.launch(self.stream)
+        end.record(self.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / reps
+
+    def close(self) -> None:
+        if self._cudnn_handle is not None:
+            self.cudnn.destroy_handle(self._cudnn_handle)
+            self._cudnn_handle = None
+        self.keep.clear()
+        self.workspace = None
+
+
+def dims_strides(p: Placement) -> tuple[list[int], list[int]]:
+    """cuDNN's description of a placement: logical dims, element strides."""
+    return list(p.shape), list(p.strides)
+
+
+def vec_width(*counts: int, itemsize: int = 2) -> int:
+    """Elements per vector access: 16 bytes when every count divides, else smaller."""
+    for vec in (16 // itemsize, 4, 2):
+        if vec >= 1 and all(c % vec == 0 for c in counts):
+            return vec
+    return 1

@@ -1,0 +1,50 @@
+"""Epilogues fused into the backend's own kernels (depthwise and direct convolution, GEMM).
+
+The epilogue program's register 0 is the kernel's accumulator; registers 1…k are the
+layer's extra inputs, read at the output element's logical coordinates (broadcasting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pydla.backends.cuda.codegen import c_type, emit_program
+from pydla.backends.cuda.layout import Placement, broadcast_strides
+from pydla.errors import KernelError
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    params: list[str]  # kernel parameters (extra input pointers)
+    args: list[np.uint64]  # their values
+    program: Sequence[Mapping[str, Any]]
+    strides: list[tuple[int, ...]]  # per extra input, by output logical dimension
+
+    def lines(self, value: str, coords: Sequence[str], prefix: str = "r") -> tuple[list[str],
+                                                                                   str]:
+        """Statements applying the epilogue to float ``value`` at logical ``coords``."""
+        operands = [value]
+        out: list[str] = []
+        for k, strides in enumerate(self.strides):
+            terms = [f"({c}) * {s}" for c, s in zip(coords, strides) if s]
+            out.append(f"const float {prefix}e{k} = ld(e{k} + ({' + '.join(terms) or '0'}));")
+            operands.append(f"{prefix}e{k}")
+        lines, result = emit_program(self.program, operands, "epilogue", prefix)
+        return out + lines, result
+
+
+def make_epilogue(program: Sequence[Mapping[str, Any]], extras: Sequence[Placement],
+                  out: Placement, where: str) -> Epilogue:
+    try:
+        strides = [broadcast_strides(p, out.shape) for p in extras]
+    except ValueError as e:
+        raise KernelError(where, "epilogue", str(e)) from None
+    params = [f"const {c_type(p.dtype, where)}* e{k}" for k, p in enumerate(extras)]
+    return Epilogue(params, [np.uint64(p.ptr) for p in extras], list(program), strides)
+
+
+NO_EPILOGUE = Epilogue([], [], [], [])
