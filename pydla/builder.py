@@ -12,7 +12,7 @@ import onnx
 
 from pydla.backends.cpu.registry import REFERENCE
 from pydla.dtypes import DType
-from pydla.errors import BuildError, ModelImportError
+from pydla.errors import BuildError, ModelImportError, PydlaError
 from pydla.frontend.onnx import import_model
 from pydla.ir import Graph
 from pydla.loadable import read_loadable, write_loadable
@@ -88,7 +88,8 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
         for node in graph.nodes:
             node.tactic = REFERENCE
         return graph
-    # CPU kernels are timed only for the CPU; the CUDA backend times its own at load.
+    # CPU kernels are timed only for the CPU; a cuda target is tuned on the GPU after
+    # lowering (build → _tune_on_gpu).
     autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
     cache = TimingCache.load(options.timing_cache) if autotune else None
     choose_tactics(graph, ctx, autotune=autotune, cache=cache, progress=options.progress)
@@ -114,6 +115,11 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     meta, weights = lower(graph, input_formats=options.input_formats,
                           output_formats=options.output_formats, target=target, build=build_info)
     data = write_loadable(meta, weights)
+    if options.target == "cuda" and autotune_on_gpu(options, target.get("cuda_arch")):
+        tuned = _tune_on_gpu(data, options)
+        meta["target"]["cuda_tactics"] = tuned["tactics"]
+        meta["build"]["cuda_autotune"] = {k: tuned[k] for k in ("seconds", "timed_layers", "ms")}
+        data = write_loadable(meta, weights)
     limit = options.mem_pools.get("workspace")
     if limit is not None:
         needed = layer_info(read_loadable(data))["memory"]["workspace_bytes"]
@@ -122,6 +128,24 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                              f"--memPoolSize=workspace:{limit}B is too small (use at least "
                              f"workspace:{needed}B)")
     return data
+
+
+def autotune_on_gpu(options: BuildOptions, arch: str | None) -> bool:
+    """Whether a cuda build times its kernels here: autotuning is on and the GPU the
+    loadable is built for is the visible one (building for another architecture, or on a
+    machine without a GPU, records no tactics: the backend then times them at load)."""
+    if not (options.autotune and options.opt_level >= 3 and arch):
+        return False
+    return _visible_cuda_arch() == arch
+
+
+def _tune_on_gpu(data: bytes, options: BuildOptions) -> dict[str, Any]:
+    from pydla.backends.cuda.tuning import tune
+
+    try:
+        return tune(data, log=options.log, progress=options.progress)
+    except PydlaError as e:
+        raise BuildError(f"autotuning on the GPU failed: {e}") from e
 
 
 def _visible_cuda_arch() -> str | None:

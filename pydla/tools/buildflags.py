@@ -33,6 +33,10 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
                    help="run float32 layers in fp16/bf16 where numerically safe")
     g.add_argument("--layerPrecisions", help="per-layer override for --autocast: name:fp32,…")
     g.add_argument("--calibrationInputs", help=".npz of inputs for --autocast's range check")
+    g.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                   help="the backend the engine is tuned for (default cpu); cuda records the "
+                   "GPU architecture and, on a GPU machine, the kernels timed there "
+                   "(docs/cuda.md)")
 
 
 def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = None,
@@ -51,7 +55,8 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
         timing_cache=args.timingCacheFile, progress=progress,
         autocast=DType.from_name(args.autocast) if args.autocast else None,
         layer_precisions=parse_layer_precisions(args.layerPrecisions),
-        calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else ())
+        calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
+        target=getattr(args, "target", "cpu"))
 
 
 def engine_bytes(args: argparse.Namespace, onnx_path: str | None) -> bytes:

@@ -2,8 +2,12 @@
 module as one CUDA graph.
 
 Binding (once per loaded module): plan the arena (``layout.plan_arena``), upload the
-weights, build every layer's candidate kernels (cuDNN graphs, NVRTC kernels), time them on
-the GPU and keep the fastest, run the module once, then capture it into a CUDA graph.
+weights, build each layer's kernel, run the module once, then capture it into a CUDA graph.
+A loadable tuned at build (``BuildOptions(target="cuda")`` on a GPU machine) names each
+layer's tactic in ``target["cuda_tactics"]``: only that candidate is built and nothing is
+timed. Otherwise (or where the recorded candidate cannot be built here) every candidate is
+built, timed on the GPU, and the fastest kept — which is also how the builder tunes
+(``pydla.backends.cuda.tuning``).
 
 Running: ``enqueue`` puts a task on the caller's stream — device-to-device copies of the
 inputs into the arena, the graph launch, copies of the outputs — and returns without
@@ -35,6 +39,7 @@ from pydla.backends.cuda.driver import (
     memcpy_htod_async,
     stream_synchronize,
 )
+from pydla.backends.cuda.instrument import Instrument
 from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import NHWC, Lifetime, Placement, activation_layout, plan_arena
 from pydla.backends.cuda.registry import KERNELS, Candidate, Launch
@@ -49,20 +54,35 @@ class LayerChoice:
     tactic: str
     ms: float | None  # measured GPU time of the chosen candidate (None: not timed)
     alternatives: dict[str, float]
+    source: str = "timed"  # "recorded" (tuned at build), "timed", "only" (one candidate)
 
 
 class CudaBackend:
-    """Options: ``device`` (CUDA ordinal), ``autotune`` (time candidates at load, else take
-    the first that builds), ``graph`` (replay the module as one CUDA graph), ``log``."""
+    """Options: ``device`` (CUDA ordinal), ``autotune`` (time candidates where the loadable
+    records no tactic, else take the first that builds), ``graph`` (replay the module as one
+    CUDA graph), ``log``; ``recorded`` (use the tactics the loadable records; the builder
+    turns it off to tune), ``reps`` (timed runs per candidate), ``tune_only`` (bind and
+    choose, but neither run nor capture: what the builder needs), ``progress(done, total)``,
+    ``instrument`` (time tasks on the GPU for task statistics and the task timeout:
+    ``pydla.backends.cuda.instrument``; the cuDLA device turns it on).
+    """
 
     name = "cuda"
 
     def __init__(self, device: int = 0, autotune: bool = True, graph: bool = True,
-                 log: Callable[[str], Any] | None = None) -> None:
+                 log: Callable[[str], Any] | None = None, recorded: bool = True,
+                 reps: int = 3, tune_only: bool = False,
+                 progress: Callable[[int, int], Any] | None = None,
+                 instrument: bool = False) -> None:
         self.device = device
         self.autotune = autotune
         self.graph = graph
         self.log = log
+        self.recorded = recorded
+        self.reps = reps
+        self.tune_only = tune_only
+        self.progress = progress
+        self.instrument = instrument  # task statistics and timeout (the cuDLA device)
 
     def supported_ops(self) -> frozenset[str]:
         return frozenset(KERNELS)
@@ -99,13 +119,25 @@ class CudaProgram:
         self.ctx = BindContext(program, dict(self.placements), self.stream)
         self.choices: list[LayerChoice] = []
         self.launches: list[Launch] = []
+        self.layer_of_launch: list[int] = []  # layer index per launch (-1: an edge copy)
+        recorded = program.target.get("cuda_tactics") if backend.recorded else None
+        self.recorded: dict[str, str] = dict(recorded) if isinstance(recorded, dict) else {}
         self._bind_layers()
         self.bind_seconds = time.perf_counter() - started
+        self.instrument: Instrument | None = None
+        self.profiled: GraphExec | None = None
+        if backend.tune_only:
+            return
+        if backend.instrument:
+            self.instrument = Instrument(self.ctx, [layer.name for layer in program.layers])
         self._run_eager(int(self.stream.ptr))
         stream_synchronize(int(self.stream.ptr))
         if backend.graph:
             try:
                 self.graph = GraphExec(int(self.stream.ptr), lambda: self._record())
+                if self.instrument is not None:
+                    self.profiled = GraphExec(int(self.stream.ptr),
+                                              lambda: self._record(profiled=True))
             except PydlaError as e:  # e.g. a library call that cannot be captured
                 self.graph_error = str(e)
                 self._log(f"CUDA graph capture failed, running layer by layer: {e}")
@@ -191,24 +223,50 @@ class CudaProgram:
             if io.tensor in self.shadows:
                 self.launches.append(self._edge_copy(self.io[io.tensor],
                                                      self.placements[io.tensor], "input"))
-        for layer in program.layers:
-            binder = KERNELS.get(layer.op)
-            if binder is None:
+                self.layer_of_launch.append(-1)
+        total = len(program.layers)
+        for index, layer in enumerate(program.layers):
+            if self.backend.progress is not None:
+                self.backend.progress(index, total)
+            if KERNELS.get(layer.op) is None:
                 raise LoadableError(0, f"layer {layer.name!r}: no CUDA kernel for {layer.op}")
-            try:
-                candidates = binder(self.ctx, layer)
-            except PydlaError as e:
-                raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): {e}") from e
-            except (KeyError, TypeError, ValueError, IndexError) as e:
-                raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): bad attributes "
-                                    f"({type(e).__name__}: {e})") from e
-            self.launches.append(self._choose(layer.name, layer.op, candidates))
+            wanted = self.recorded.get(layer.name)
+            candidates = self._candidates(layer, wanted)
+            if wanted is not None and not any(c.name == wanted for c in candidates):
+                self._log(f"{layer.name}: the recorded tactic {wanted} cannot be built here; "
+                          "timing every candidate")
+                self.ctx.notes.append(f"{layer.name}: recorded tactic {wanted} unavailable")
+                candidates = self._candidates(layer, None)
+                wanted = None
+            self.launches.append(self._choose(layer.name, layer.op, candidates, wanted))
+            self.layer_of_launch.append(index)
+        if self.backend.progress is not None:
+            self.backend.progress(total, total)
         for io in program.outputs:
             if io.tensor in self.shadows:
                 self.launches.append(self._edge_copy(self.placements[io.tensor],
                                                      self.io[io.tensor], "output"))
+                self.layer_of_launch.append(-1)
 
-    def _choose(self, name: str, op: str, candidates: list[Candidate]) -> Launch:
+    def _candidates(self, layer: Any, wanted: str | None) -> list[Candidate]:
+        binder = KERNELS[layer.op]
+        self.ctx.wanted = wanted
+        try:
+            return binder(self.ctx, layer)
+        except PydlaError as e:
+            raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): {e}") from e
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): bad attributes "
+                                f"({type(e).__name__}: {e})") from e
+        finally:
+            self.ctx.wanted = None
+
+    def _choose(self, name: str, op: str, candidates: list[Candidate],
+                wanted: str | None = None) -> Launch:
+        if wanted is not None:
+            chosen = next(c for c in candidates if c.name == wanted)
+            self.choices.append(LayerChoice(name, op, chosen.name, None, {}, "recorded"))
+            return chosen.launch
         usable = [c for c in candidates if not c.fallback] or candidates
         if not usable:
             raise LoadableError(0, f"layer {name!r} ({op}): no CUDA kernel could be built")
@@ -216,15 +274,18 @@ class CudaProgram:
         if self.backend.autotune and len(usable) > 1:
             for c in usable:
                 try:
-                    times[c.name] = self.ctx.time_ms(c)
+                    times[c.name] = self.ctx.time_ms(c, self.backend.reps)
                 except Exception as e:  # noqa: BLE001  (a candidate failing at run time)
                     self._log(f"{name}: candidate {c.name} failed: {e}")
             if not times:
                 raise KernelError(name, op, "every candidate failed")
             best = min(usable, key=lambda c: times.get(c.name, float("inf")))
+            source = "timed"
         else:
             best = usable[0]
-        self.choices.append(LayerChoice(name, op, best.name, times.get(best.name), times))
+            source = "only" if len(usable) == 1 else "first"
+        self.choices.append(LayerChoice(name, op, best.name, times.get(best.name), times,
+                                        source))
         return best.launch
 
     def _log(self, message: str) -> None:
@@ -232,39 +293,59 @@ class CudaProgram:
             self.backend.log(message)
 
     # -- running --------------------------------------------------------------------------
-    def _record(self) -> None:
-        for launch in self.launches:
-            launch(self.stream)
+    def _record(self, profiled: bool = False) -> None:
+        stream, instrument = self.stream, self.instrument
+        if instrument is not None:
+            instrument.start(stream)
+        for launch, layer in zip(self.launches, self.layer_of_launch):
+            if profiled and instrument is not None and layer >= 0:
+                instrument.layer(stream, layer, end=False)
+                launch(stream)
+                instrument.layer(stream, layer, end=True)
+            else:
+                launch(stream)
+        if instrument is not None:
+            instrument.finish(stream)
 
-    def _run_eager(self, stream: int) -> None:
+    def _run_eager(self, stream: int, profiled: bool = False) -> None:
         own = int(self.stream.ptr)
         if stream != own:
             self.done.record(stream)
             self.done.wait_on(own)
-        self._record()
+        self._record(profiled)
         if stream != own:
             self.done.record(own)
             self.done.wait_on(stream)
 
-    def _run(self, stream: int) -> None:
-        if self.graph is not None:
-            self.graph.launch(stream)
+    def _run(self, stream: int, profiled: bool = False) -> None:
+        graph = self.profiled if profiled else self.graph
+        if graph is not None:
+            graph.launch(stream)
         else:
-            self._run_eager(stream)
+            self._run_eager(stream, profiled)
 
-    def enqueue(self, stream: int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+    def enqueue(self, stream: int, inputs: Sequence[int], outputs: Sequence[int],
+                statistics: Sequence[int] = (), timeout_ms: int | None = None) -> None:
         """One task on ``stream`` (a raw CUstream), from and to device buffers laid out as the
-        module's linear I/O tensors; returns without waiting."""
+        module's linear I/O tensors; returns without waiting. ``statistics``: device
+        buffers that receive the task's statistics, ``timeout_ms``: the task timeout (both
+        need an ``instrument``-ed backend)."""
         with self.lock:
             self.device.use()  # the driver calls below need this GPU's context current
+            instrument = self.instrument
+            if instrument is not None:
+                instrument.set_timeout_ms(timeout_ms)
             self.done.wait_on(stream)
             for io, src in zip(self.program.inputs, inputs):
                 p = self.io[io.tensor]
                 memcpy_async(p.ptr, int(src), p.nbytes, stream)
-            self._run(stream)
+            self._run(stream, profiled=bool(statistics) and instrument is not None)
             for io, dst in zip(self.program.outputs, outputs):
                 p = self.io[io.tensor]
                 memcpy_async(int(dst), p.ptr, p.nbytes, stream)
+            if instrument is not None:
+                for buf in statistics:
+                    memcpy_async(int(buf), instrument.image_ptr, instrument.nbytes, stream)
             self.done.record(stream)
 
     def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
@@ -303,14 +384,17 @@ class CudaProgram:
                 "graph_nodes": self.graph.node_count if self.graph else None,
                 "graph_error": self.graph_error,
                 "tactics": {c.layer: c.tactic for c in self.choices},
+                "timed_layers": sum(c.source == "timed" for c in self.choices),
+                "recorded_layers": sum(c.source == "recorded" for c in self.choices),
                 "notes": list(self.ctx.notes)}
 
     def close(self) -> None:
         with self.lock:
             self.done.synchronize()
-            if self.graph is not None:
-                self.graph.close()
-                self.graph = None
+            for graph in (self.graph, self.profiled):
+                if graph is not None:
+                    graph.close()
+            self.graph = self.profiled = None
             self.ctx.close()
             self.done.close()
             self.launches.clear()

@@ -175,3 +175,30 @@ def emit_program(program: Sequence[Mapping[str, Any]], operands: Sequence[str], 
         regs.append(name)
     return lines, regs[-1]
 
+
+
+def defines(values: Mapping[str, Any]) -> str:
+    """``#define`` lines specialising a kernel template."""
+    return "".join(f"#define {k} {v}\n" for k, v in values.items())
+
+
+def decompose(var: str, sizes: Sequence[int], prefix: str, indent: str = "  ") -> list[str]:
+    """Statements splitting linear index ``var`` over ``sizes`` (slowest first) into
+    ``const i64 {prefix}0 …``; sizes of 1 give a constant 0."""
+    lines = [f"{indent}i64 {prefix}_rem = {var};"]
+    for d in range(len(sizes) - 1, -1, -1):
+        if sizes[d] == 1:
+            lines.append(f"{indent}const i64 {prefix}{d} = 0;")
+        elif d == 0:
+            lines.append(f"{indent}const i64 {prefix}{d} = {prefix}_rem;")
+        else:
+            lines.append(f"{indent}const i64 {prefix}{d} = {prefix}_rem % {sizes[d]}; "
+                         f"{prefix}_rem /= {sizes[d]};")
+    lines.append(f"{indent}(void){prefix}_rem;")
+    return lines
+
+
+def offset(coords: Sequence[str], strides: Sequence[int]) -> str:
+    """``c0 * s0 + c1 * s1 …`` over the non-zero strides (``0`` when none)."""
+    terms = [f"({c}) * {s}" for c, s in zip(coords, strides) if s]
+    return " + ".join(terms) or "0"

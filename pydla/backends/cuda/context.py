@@ -61,6 +61,15 @@ class BindContext:
         self._cudnn_handle: Any = None
         self.workspace: cp.ndarray | None = None
         self.notes: list[str] = []  # why candidates were not built (cuDNN refusals…)
+        # The tactic recorded for the layer being bound (a loadable tuned at build): binders
+        # skip building the other candidates. None: build every candidate.
+        self.wanted: str | None = None
+
+    def wants(self, name: str) -> bool:
+        """Whether to build candidate ``name`` (or, ending in "/", a family of them)."""
+        if self.wanted is None:
+            return True
+        return self.wanted.startswith(name) if name.endswith("/") else self.wanted == name
 
     # -- tensors -----------------------------------------------------------------------
     def is_weight(self, index: int) -> bool:
@@ -139,6 +148,7 @@ class BindContext:
     def time_ms(self, candidate: Candidate, reps: int = 3) -> float:
         """GPU time of one run (mean of ``reps`` after one warm-up)."""
         candidate.launch(self.stream)
+        self.stream.synchronize()
         start, end = cp.cuda.Event(), cp.cuda.Event()
         start.record(self.stream)
         for _ in range(reps):

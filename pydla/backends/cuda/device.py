@@ -4,7 +4,10 @@ Same handles, checks and errors as the CPU device (``pydla.engine.device``); wha
 registered memory is device memory (``cudaMalloc``/``cuMemAlloc``, CuPy, PyTorch: any
 address inside a live device allocation), modules run on the CUDA backend, and
 ``submit_task`` enqueues each task on the given CUDA stream and returns at once, with no
-host synchronization. Modules write no task statistics (the module runs as one graph).
+host synchronization. Task statistics and the task timeout are measured on the GPU
+(``pydla.backends.cuda.instrument``): a task's statistics land in its ``TASK_STATISTICS``
+buffers (device memory) on its stream; a task that ran past the timeout is reported by
+``get_last_error`` once it has finished, and in its statistics' status.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pydla.engine.faults import (
     InvalidDeviceError,
     InvalidParamError,
     MemoryRegisteredError,
+    TaskTimeoutError,
     UnsupportedOperationError,
 )
 from pydla.engine.module import LoadedModule
@@ -109,6 +113,9 @@ class CudaDlaDevice(DlaDevice):
                                     f"needs {desc.size}")
         if role != "input" and reg.flags & READ_ONLY:
             raise InvalidParamError(f"{where} is registered read-only")
+        if (role == "statistics") != bool(reg.flags & TASK_STATISTICS):
+            raise InvalidParamError(f"{where}: task statistics buffers, and only they, are "
+                                    "registered with TASK_STATISTICS")
         self._check_range(ptr, desc.size, where)  # freed since it was registered?
         return ptr
 
@@ -122,7 +129,7 @@ class CudaDlaDevice(DlaDevice):
                 raise UnsupportedOperationError(
                     f"device handle {self.handle:#x} already loaded a module; cuDLA allows "
                     "one module per device handle, loaded once")
-            loaded = LoadedModule(data, CudaBackend(device=self.index))
+            loaded = LoadedModule(data, CudaBackend(device=self.index, instrument=True))
             for io in (*loaded.program.inputs, *loaded.program.outputs):
                 t = loaded.program.tensors[io.tensor]
                 if io.format != "chw" or io.dtype is not t.dtype:
@@ -131,7 +138,6 @@ class CudaDlaDevice(DlaDevice):
                         f"own type (chw, {t.dtype.name.lower()}), not {io.format}/"
                         f"{io.dtype.name.lower()}")
             module = DlaModule(self, loaded, flags)
-            module.stats_descriptors = []
             self.module = module
             self._loaded_once = True
             return module
@@ -159,11 +165,30 @@ class CudaDlaDevice(DlaDevice):
             return
         for plan in plans:
             try:
-                _bound(plan.module).enqueue(stream, plan.inputs, plan.outputs)  # type: ignore[arg-type]
+                _bound(plan.module).enqueue(stream, plan.inputs, plan.outputs,  # type: ignore[arg-type]
+                                            plan.statistics, plan.timeout_ms)
             except BaseException as e:
                 self.last_fault = e
                 raise
         self.last_fault = None
+
+    # -- faults ----------------------------------------------------------------------------
+    @property  # type: ignore[override]
+    def last_fault(self) -> BaseException | None:
+        """The last submission's failure, or a task found (after it ran) past its timeout."""
+        module = self.module
+        if module is not None:
+            instrument = _bound(module).instrument
+            found = instrument.take_fault() if instrument is not None else None
+            if found is not None:
+                self._last_fault = TaskTimeoutError(
+                    f"a task on module {module.handle:#x} ran {found[1]:.3f} ms, past the "
+                    f"{self.timeout_ms} ms task timeout")
+        return self._last_fault
+
+    @last_fault.setter
+    def last_fault(self, value: BaseException | None) -> None:
+        self._last_fault = value
 
     def destroy(self) -> None:
         with self.lock:

@@ -74,7 +74,7 @@ def cudnn_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, w_ptr: in
     program = expand_relu_clip(program, len(extras))
     top = fusable_prefix(program, extras, out)
     for p in range(top, -1, -1):
-        if not split_is_valid(program, len(extras), p):
+        if not split_is_valid(program, len(extras), p) or not ctx.wants(f"cudnn/{p}"):
             continue
         try:
             main = conv_graph(ctx, x, w_ptr, w_dims, w_strides, w_dtype, bias, program[:p],
@@ -238,7 +238,7 @@ def bind_conv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     bias_ptr = np.uint64(bias.ptr if bias is not None else 0)
     c = x.shape[1]
     if groups == c == k and cg == 1 and (bias is None or bias.dtype is x.dtype) \
-            and w_dtype is x.dtype:
+            and w_dtype is x.dtype and ctx.wants("depthwise"):
         rsc = ctx.upload(np.ascontiguousarray(weights.reshape(k, r * s).T))
         source, threads = depthwise_source(x, out, r, s, geometry, bias is not None,
                                            epilogue, layer.name)

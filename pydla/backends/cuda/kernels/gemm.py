@@ -71,8 +71,10 @@ def bind_gemm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     candidates: list[Candidate] = []
     b_const = ctx.is_weight(own[1])
     c_bias = c is None or (ctx.is_weight(own[2]) and c.size == n and c.shape[-1] == n)
-    if b_const and c_bias and not trans_a and a.dtype is out.dtype:
+    if b_const and c_bias and not trans_a and a.dtype is out.dtype and ctx.wants("cudnn/"):
         candidates += _cudnn(ctx, layer, a, own, c, trans_b, alpha, beta, program, extras, out)
+    if not ctx.wants("warp"):
+        return candidates
     # The warp kernel reads B as [N, K] rows: transpose a constant B once.
     if b_const and not trans_b:
         bt = np.ascontiguousarray(ctx.host(own[1]).T)

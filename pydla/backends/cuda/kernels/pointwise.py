@@ -195,11 +195,13 @@ def bind_reshape(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
             memcpy_async(dst.ptr, src.ptr, nbytes, int(stream.ptr))
 
         return [Candidate("memcpy", memcpy)]
+    if dst.strides != layout_strides(dst.shape, "linear"):
+        # Into a channels-last tensor: row-major order carried through both shapes.
+        from pydla.backends.cuda.kernels.shape import reshape_launch
+
+        return [Candidate("nvrtc", reshape_launch(ctx, src, dst, layer.name))]
     # Both sides seen as row-major vectors over the source's logical shape.
     row_major = Placement(dst.ptr, src.shape, dst.dtype, "linear")
-    if dst.strides != layout_strides(dst.shape, "linear"):
-        raise KernelError(layer.name, layer.op, "a reshape into a channels-last tensor is not "
-                          "supported by the CUDA backend")
     return [Candidate("nvrtc", _copy(ctx, src, row_major, layer.name))]
 
 

@@ -1,0 +1,214 @@
+"""LSTM on the GPU: the input projection of every time step and direction is one GEMM
+(``matmul_launch``, both biases folded into its epilogue), then one fused kernel per time
+step runs both directions: a thread per (direction, batch row, hidden unit) takes the
+small recurrent GEMM (h_{t-1}·Rᵀ, Rᵀ stored so that neighbouring threads read neighbouring
+weights), adds peepholes, applies the gates and updates the cell and hidden states.
+
+States are float32 in scratch buffers (hidden states of every step, and one cell state per
+row updated in place: only its own thread reads it), whatever the tensors' types; Y, Y_h
+and Y_c are written through their strides as the steps produce them. ONNX's default
+activations (sigmoid, tanh, tanh), ``clip``, ``input_forget`` and peepholes are supported;
+sequence lengths other than the full length are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pydla.backends.cuda.codegen import c_type, defines, f32
+from pydla.backends.cuda.context import BindContext
+from pydla.backends.cuda.kernels.epilogue import NO_EPILOGUE, make_epilogue
+from pydla.backends.cuda.kernels.matmul import MatmulShape, matmul_launch, matmul_variants
+from pydla.backends.cuda.layout import LINEAR, Placement
+from pydla.backends.cuda.registry import Candidate, Launch, kernel
+from pydla.dtypes import DType
+from pydla.errors import KernelError
+from pydla.loadable.program import LayerInfo
+
+_STEP = r"""
+__device__ __forceinline__ float sigm(float x) { return 0.5f * (tanhf(0.5f * x) + 1.f); }
+__device__ __forceinline__ float clip(float x) {
+  return CLIP > 0.f ? fminf(fmaxf(x, -CLIP), CLIP) : x;
+}
+extern "C" __global__ void lstm_step(const float* __restrict__ g, const float* __restrict__ rt,
+    const float* __restrict__ p, const TH0* __restrict__ h0, const TC0* __restrict__ c0,
+    float* __restrict__ hseq, float* __restrict__ cst, TY* __restrict__ y,
+    TYH* __restrict__ yh, TYC* __restrict__ yc, int s) {
+  for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < (i64)D * B * HS;
+       idx += (i64)gridDim.x * blockDim.x) {
+  const int j = (int)(idx % HS);
+  const int bb = (int)((idx / HS) % B);
+  const int d = (int)(idx / ((i64)HS * B));
+  const int rev = (REVERSE >> d) & 1;
+  const int t = rev ? T - 1 - s : s;
+  const int tp = rev ? t + 1 : t - 1;
+  const float* gp = g + ((i64)t * B + bb) * (D * 4 * HS) + (i64)d * 4 * HS;
+  float gi = gp[j], go = gp[HS + j], gf = gp[2 * HS + j], gc = gp[3 * HS + j];
+  const float* rtd = rt + (i64)d * HS * 4 * HS;
+  for (int k = 0; k < HS; ++k) {
+    float hk;
+    if (s == 0) hk = HAS_H0 ? ld(h0 + (i64)d * H0D + (i64)bb * H0B + (i64)k * H0H) : 0.f;
+    else hk = hseq[(((i64)tp * D + d) * B + bb) * HS + k];
+    const float* row = rtd + (i64)k * 4 * HS;
+    gi = fmaf(hk, row[j], gi);
+    go = fmaf(hk, row[HS + j], go);
+    gf = fmaf(hk, row[2 * HS + j], gf);
+    gc = fmaf(hk, row[3 * HS + j], gc);
+  }
+  float cp;
+  if (s == 0) cp = HAS_C0 ? ld(c0 + (i64)d * C0D + (i64)bb * C0B + (i64)j * C0H) : 0.f;
+  else cp = cst[((i64)d * B + bb) * HS + j];
+  if (HAS_P) {
+    gi += p[d * 3 * HS + j] * cp;
+    gf += p[d * 3 * HS + 2 * HS + j] * cp;
+  }
+  const float i_g = sigm(clip(gi));
+  const float f_g = INPUT_FORGET ? 1.f - i_g : sigm(clip(gf));
+  const float c = f_g * cp + i_g * tanhf(clip(gc));
+  if (HAS_P) go += p[d * 3 * HS + HS + j] * c;
+  const float o_g = sigm(clip(go));
+  const float h = o_g * tanhf(c);
+  cst[((i64)d * B + bb) * HS + j] = c;
+  hseq[(((i64)t * D + d) * B + bb) * HS + j] = h;
+  if (HAS_Y) st(y + (i64)t * YT + (i64)d * YD + (i64)bb * YB + (i64)j * YH, h);
+  if (s == T - 1) {
+    if (HAS_YH) st(yh + (i64)d * YHD + (i64)bb * YHB + (i64)j * YHH, h);
+    if (HAS_YC) st(yc + (i64)d * YCD + (i64)bb * YCB + (i64)j * YCH, c);
+  }
+  }
+}
+"""
+
+
+def _optional(layer: LayerInfo, i: int) -> int:
+    return layer.inputs[i] if i < len(layer.inputs) else -1
+
+
+def _state_strides(p: Placement | None, layout: int) -> tuple[int, int, int]:
+    """(direction, batch, hidden) strides of an initial or final state."""
+    if p is None:
+        return 0, 0, 0
+    s = p.strides
+    return (s[1], s[0], s[2]) if layout else (s[0], s[1], s[2])
+
+
+@kernel("LSTM")
+def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
+    a = layer.attrs
+    where = layer.name
+    hidden = int(a["hidden_size"])
+    direction = a.get("direction", "forward")
+    dirs = 2 if direction == "bidirectional" else 1
+    layout = int(a.get("layout", 0))
+    acts = [str(x).lower() for x in a.get("activations") or ["sigmoid", "tanh", "tanh"] * dirs]
+    if acts != ["sigmoid", "tanh", "tanh"] * dirs:
+        raise KernelError(where, layer.op, f"the CUDA LSTM runs the default activations "
+                          f"(sigmoid, tanh, tanh), not {acts}")
+    x = ctx.place(layer.inputs[0])
+    steps, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
+    size = x.shape[2]
+    for i in (1, 2):
+        if not ctx.is_weight(layer.inputs[i]):
+            raise KernelError(where, layer.op, "the CUDA LSTM needs constant W and R")
+    w = ctx.host(layer.inputs[1]).astype(np.float32)  # [D, 4H, I]
+    r = ctx.host(layer.inputs[2]).astype(np.float32)  # [D, 4H, H]
+    b_index, lens_index = _optional(layer, 3), _optional(layer, 4)
+    if lens_index >= 0:
+        lens = ctx.host(lens_index) if ctx.is_weight(lens_index) else None
+        if lens is None or np.any(lens != steps):
+            raise KernelError(where, layer.op, "the CUDA LSTM runs full-length sequences only "
+                              "(sequence_lens must be a constant equal to the sequence length)")
+    bias = np.zeros((dirs, 4 * hidden), np.float32)
+    if b_index >= 0:
+        if not ctx.is_weight(b_index):
+            raise KernelError(where, layer.op, "the CUDA LSTM needs a constant B")
+        bb = ctx.host(b_index).astype(np.float32)
+        bias = bb[:, :4 * hidden] + bb[:, 4 * hidden:]
+    p_index = _optional(layer, 7)
+    peep = None
+    if p_index >= 0:
+        if not ctx.is_weight(p_index):
+            raise KernelError(where, layer.op, "the CUDA LSTM needs constant peepholes")
+        peep = ctx.host(p_index).astype(np.float32)
+    h0 = ctx.place(_optional(layer, 5)) if _optional(layer, 5) >= 0 else None
+    c0 = ctx.place(_optional(layer, 6)) if _optional(layer, 6) >= 0 else None
+    outs = [ctx.place(o) if o >= 0 else None for o in
+            list(layer.outputs) + [-1] * (3 - len(layer.outputs))]
+    y, yh, yc = outs[:3]
+
+    # The input projection: G[t, b, (d, gate, j)] = x[t, b]·W[d]ᵀ + Wb + Rb, in float32.
+    n_all = dirs * 4 * hidden
+    g_ptr = ctx.scratch(steps * batch * n_all * 4)
+    w_ptr = ctx.upload(w.reshape(n_all, size))
+    bias_p = Placement(ctx.upload(bias.reshape(n_all)), (n_all,), DType.FLOAT32, LINEAR)
+    g_p = Placement(g_ptr, (steps, batch, n_all), DType.FLOAT32, LINEAR)
+    add = [{"op": "Add", "in": [0, 1], "attrs": {}, "shape": list(g_p.shape),
+            "dtype": "float32"}]
+    epilogue = make_epilogue(add, [bias_p], g_p, where) if b_index >= 0 else NO_EPILOGUE
+    xs = x.strides
+    t_stride, b_stride = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+    shape = MatmulShape((steps,), (t_stride,), (0,), (batch * n_all,), batch, n_all, size,
+                        b_stride, xs[2], 1, size, n_all, 1)
+
+    # The recurrence.
+    rt = np.ascontiguousarray(r.transpose(0, 2, 1))  # [D, H_in, 4H]
+    rt_ptr = ctx.upload(rt)
+    p_ptr = ctx.upload(peep) if peep is not None else 0
+    hseq = ctx.scratch(steps * dirs * batch * hidden * 4)
+    cst = ctx.scratch(dirs * batch * hidden * 4)
+    f32_t = DType.FLOAT32
+    if y is not None:
+        ys = y.strides
+        y_strides = (ys[1], ys[2], ys[0], ys[3]) if layout else ys
+    else:
+        y_strides = (0, 0, 0, 0)
+    h0s, c0s = _state_strides(h0, layout), _state_strides(c0, layout)
+    yhs, ycs = _state_strides(yh, layout), _state_strides(yc, layout)
+    clip = a.get("clip")
+    values: dict[str, Any] = {
+        "T": steps, "B": batch, "HS": hidden, "D": dirs,
+        "REVERSE": 1 if direction == "reverse" else (2 if dirs == 2 else 0),
+        "CLIP": f32(float(clip)) if clip is not None else "0.f",
+        "INPUT_FORGET": int(bool(a.get("input_forget", 0))), "HAS_P": int(peep is not None),
+        "HAS_H0": int(h0 is not None), "HAS_C0": int(c0 is not None),
+        "HAS_Y": int(y is not None), "HAS_YH": int(yh is not None),
+        "HAS_YC": int(yc is not None),
+        "TH0": c_type(h0.dtype if h0 is not None else f32_t, where),
+        "TC0": c_type(c0.dtype if c0 is not None else f32_t, where),
+        "TY": c_type(y.dtype if y is not None else f32_t, where),
+        "TYH": c_type(yh.dtype if yh is not None else f32_t, where),
+        "TYC": c_type(yc.dtype if yc is not None else f32_t, where),
+        "H0D": h0s[0], "H0B": h0s[1], "H0H": h0s[2], "C0D": c0s[0], "C0B": c0s[1],
+        "C0H": c0s[2], "YT": y_strides[0], "YD": y_strides[1], "YB": y_strides[2],
+        "YH": y_strides[3], "YHD": yhs[0], "YHB": yhs[1], "YHH": yhs[2], "YCD": ycs[0],
+        "YCB": ycs[1], "YCH": ycs[2]}
+    source = defines(values) + _STEP
+
+    def ptr(p: Placement | None) -> np.uint64:
+        return np.uint64(p.ptr if p is not None else 0)
+
+    step_launches = [
+        ctx.kernel_launch(source, "lstm_step", dirs * batch * hidden,
+                          [np.uint64(g_ptr), np.uint64(rt_ptr), np.uint64(p_ptr), ptr(h0),
+                           ptr(c0), np.uint64(hseq), np.uint64(cst), ptr(y), ptr(yh), ptr(yc),
+                           np.int32(s)], block=128)
+        for s in range(steps)]
+    candidates = []
+    for variant in matmul_variants(shape):
+        if not ctx.wants(variant):
+            continue
+        projection = matmul_launch(ctx, shape, x.ptr, w_ptr, g_ptr,
+                                   (x.dtype, f32_t, f32_t), epilogue, variant, where)
+        candidates.append(Candidate(variant, _sequence(projection, step_launches)))
+    return candidates
+
+
+def _sequence(projection: Launch, steps: list[Launch]) -> Launch:
+    def run(stream: Any) -> None:
+        projection(stream)
+        for launch in steps:
+            launch(stream)
+
+    return run
