@@ -1,0 +1,99 @@
+"""Timing helpers shared by the benchmarks: engines measured alternately in one process."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+# Each engine runs in rounds lasting about this long (at least two runs each round).
+ROUND_S = 0.05
+
+
+def alternate(runs: Mapping[str, Callable[[], object]], min_runs: int = 20,
+              min_seconds: float = 2.0, max_seconds: float = 300.0) -> dict[str, float]:
+    """Median milliseconds of each callable, the callables taking turns, until each ran
+    ``min_runs`` times and for ``min_seconds`` in total (or ``max_seconds`` passed).
+
+    Taking turns spreads the machine's slow moments (other tenants, frequency changes)
+    evenly over the engines, so that their ratio stays meaningful. A turn is a short round
+    of runs whose first run is not counted: right after a switch the other engine's worker
+    threads are still spinning on the same cores, which slows whichever engine comes next
+    (measured here: up to 2× on a 2-core machine), a cost neither engine has in service.
+    """
+    estimate = {}
+    for name, fn in runs.items():  # warm-up, and the length of one run
+        fn()
+        start = time.perf_counter()
+        fn()
+        estimate[name] = time.perf_counter() - start
+    per_round = {name: min(50, max(2, math.ceil(ROUND_S / max(t, 1e-6))))
+                 for name, t in estimate.items()}
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    spent = dict.fromkeys(runs, 0.0)
+    deadline = time.perf_counter() + max_seconds
+    while True:
+        for name, fn in runs.items():
+            fn()  # the switch-over run
+            for _ in range(per_round[name]):
+                start = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - start
+                samples[name].append(dt)
+                spent[name] += dt
+        done = all(len(s) >= min_runs and spent[n] >= min_seconds for n, s in samples.items())
+        if done or (time.perf_counter() > deadline and all(len(s) >= 3 for s in
+                                                            samples.values())):
+            break
+    return {name: float(np.median(s)) * 1e3 for name, s in samples.items()}
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(idle, total) jiffies of all CPUs since boot; None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + fields[4], sum(fields)
+
+
+def idle_fraction(window_s: float = 1.0) -> float | None:
+    """How idle the machine's CPUs were over the next ``window_s`` seconds (0…1)."""
+    first = _cpu_times()
+    time.sleep(window_s)
+    second = _cpu_times()
+    if first is None or second is None or second[1] == first[1]:
+        return None
+    return (second[0] - first[0]) / (second[1] - first[1])
+
+
+def wait_for_idle(max_s: float, threshold: float = 0.9) -> float | None:
+    """On a shared machine, wait (up to ``max_s``) until other processes leave the CPUs
+    at least ``threshold`` idle; returns the last idle fraction seen."""
+    deadline = time.monotonic() + max_s
+    while True:
+        idle = idle_fraction()
+        if idle is None or idle >= threshold or time.monotonic() >= deadline:
+            return idle
+
+
+def others_load(fn: Callable[[], T]) -> tuple[T, float | None]:
+    """Run ``fn``; also return the share of the machine's CPU time that other processes
+    used meanwhile (0: the machine was ours alone), from /proc/stat and our own times."""
+    import os
+
+    start, own = _cpu_times(), os.times()
+    result = fn()
+    end, own_end = _cpu_times(), os.times()
+    if start is None or end is None or end[1] == start[1]:
+        return result, None
+    ticks = os.sysconf("SC_CLK_TCK")
+    busy = (end[1] - start[1]) - (end[0] - start[0])
+    ours = ((own_end.user - own.user) + (own_end.system - own.system)) * ticks
+    return result, max(0.0, (busy - ours) / (end[1] - start[1]))
