@@ -70,15 +70,19 @@ class LoadedModule:
         if len(inputs) != len(self.program.inputs):
             raise IOError_(f"{len(inputs)} inputs given, the module takes "
                            f"{len(self.program.inputs)}")
-        for io, x, dst in zip(self.program.inputs, inputs, self._in_arrays):
+        arrays = []
+        for io, x in zip(self.program.inputs, inputs):
             t = self._tensor(io)
             x = np.asarray(x)
             if tuple(x.shape) != t.shape:
                 raise IOError_(f"input {t.name!r} has shape {tuple(x.shape)}, the module was "
                                f"built for {t.shape}")
-            np.copyto(dst, x, casting="unsafe")
-        self.bound.execute(self._in_arrays, self._out_arrays)
-        return [a.copy() for a in self._out_arrays]
+            arrays.append(x)
+        # The backend copies (and converts) the inputs into its own buffers and the outputs
+        # into fresh arrays: one copy each way.
+        outputs = [np.empty_like(a) for a in self._out_arrays]
+        self.bound.execute(arrays, outputs)
+        return outputs
 
     # -- raw buffers in the I/O formats ------------------------------------------------
     def run_buffers(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],

@@ -6,6 +6,8 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     conv_fast,
     elementwise,
     elementwise_activation,
+    fast_copy,
+    fast_gather,
     fast_layernorm,
     fast_lstm,
     fast_matmul,

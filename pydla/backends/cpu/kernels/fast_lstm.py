@@ -1,0 +1,178 @@
+"""LSTM in one numba function (tactic ``fused_gates``): the common configuration — default
+activations, no peepholes, clip or sequence lengths, sequence-first layout.
+
+1. The input projections of every step and both directions are one GEMM,
+   X (T·B × I) · Wᵀ (I × D·4H), in fast_matmul's blocks over the engine's threads.
+2. The directions run concurrently (one thread each): per step h·Rᵀ (B × 4H) — fast_gemv's
+   loop over a prepared Rᵀ for a small batch, ``sgemm`` for a large one — then one loop
+   over B × H applying both biases, the gates (i, o, f, c in ONNX's order) and the state
+   update, writing h straight into Y, whose slice is the next step's h operand.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import threads
+from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
+from pydla.backends.cpu.kernels.fast_gemv import axpy_rows
+from pydla.backends.cpu.kernels.fast_math import (
+    FASTMATH_REDUCE,
+    float32_compute,
+    sigmoid32,
+    tanh32,
+)
+from pydla.backends.cpu.kernels.fast_matmul import Product, product_block
+from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import PreboundKernel
+
+Thunk = Callable[[], None]
+
+_DEFAULT = ["sigmoid", "tanh", "tanh"]
+# Up to this batch the recurrent product is fast_gemv's loop (sgemm would pack Rᵀ per step).
+AXPY_BATCH = 16
+_ONE, _ZERO = np.float32(1), np.float32(0)
+# geo layout: [T, B, I, H, D, reverse of direction 0]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
+def _direction(d: int, rt: np.ndarray, bsum: np.ndarray, h0: np.ndarray, g: np.ndarray,
+               rh: np.ndarray, c: np.ndarray, y: np.ndarray, yh: np.ndarray, yc: np.ndarray,
+               geo: np.ndarray) -> None:
+    steps, batch, hidden, dirs = geo[0], geo[1], geo[3], geo[4]
+    four = 4 * hidden
+    width = dirs * four
+    state = batch * hidden
+    reverse = d == 1 or geo[5] != 0
+    rt_at = d * hidden * four
+    rh_at = d * batch * four
+    bd = bsum[d]
+    t = 0
+    prev = -1  # the step whose h (in Y) feeds this one; -1: the initial state
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        # rh = h · Rᵀ with Rᵀ prepared (H × 4H): every row of it is read once per step.
+        src = h0 if prev < 0 else y
+        h_at = d * state if prev < 0 else (prev * dirs + d) * state
+        if batch <= AXPY_BATCH:
+            axpy_rows(rt, rt_at, four, src, h_at, hidden, rh, rh_at, four, batch, 0, four,
+                      hidden, _ONE)
+        else:
+            sgemm(0, 0, batch, four, hidden, _ONE, src.ctypes.data + 4 * h_at, hidden,
+                  rt.ctypes.data + 4 * rt_at, four, _ZERO, rh.ctypes.data + 4 * rh_at, four)
+        for b in range(batch):
+            gb = (t * batch + b) * width + d * four
+            rb = rh_at + b * four
+            cb = d * state + b * hidden
+            yb = ((t * dirs + d) * batch + b) * hidden
+            for j in range(hidden):
+                gi = g[np.uint64(gb + j)] + rh[np.uint64(rb + j)] + bd[j]
+                go = g[np.uint64(gb + hidden + j)] + rh[np.uint64(rb + hidden + j)] \
+                    + bd[hidden + j]
+                gf = g[np.uint64(gb + 2 * hidden + j)] + rh[np.uint64(rb + 2 * hidden + j)] \
+                    + bd[2 * hidden + j]
+                gc = g[np.uint64(gb + 3 * hidden + j)] + rh[np.uint64(rb + 3 * hidden + j)] \
+                    + bd[3 * hidden + j]
+                cell = sigmoid32(gf) * c[np.uint64(cb + j)] + sigmoid32(gi) * tanh32(gc)
+                c[np.uint64(cb + j)] = cell
+                y[np.uint64(yb + j)] = sigmoid32(go) * tanh32(cell)
+        prev = t
+    last = (t * dirs + d) * state
+    for i in range(state):
+        yh[np.uint64(d * state + i)] = y[np.uint64(last + i)]
+        yc[np.uint64(d * state + i)] = c[np.uint64(d * state + i)]
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
+def lstm(x: np.ndarray, w: np.ndarray, rt: np.ndarray, bsum: np.ndarray, h0: np.ndarray,
+         g: np.ndarray, rh: np.ndarray, c: np.ndarray, y: np.ndarray, yh: np.ndarray,
+         yc: np.ndarray, geo: np.ndarray, pgeo: np.ndarray) -> None:
+    # The input projection: fast_matmul's blocks (pgeo), cut where packing costs least.
+    tasks = pgeo[10] * ((pgeo[2] + pgeo[8] - 1) // pgeo[8]) * ((pgeo[3] + pgeo[9] - 1)
+                                                              // pgeo[9])
+    for task in prange(tasks):
+        product_block(task, x, w, g, _ONE, pgeo)
+    for d in prange(geo[4]):
+        _direction(d, rt, bsum, h0, g, rh, c, y, yh, yc, geo)
+
+
+def _applies(spec: LayerSpec) -> bool:
+    a = spec.attrs
+    dirs = 2 if a["direction"] == "bidirectional" else 1
+    present = [i for i, s in enumerate(spec.inputs) if s is not None]
+    x = spec.inputs[0]
+    return (AVAILABLE and x is not None and int(a["layout"]) == 0 and a["clip"] is None
+            and list(a["activations"]) == _DEFAULT * dirs and not int(a["input_forget"])
+            and not any(i in present for i in (4, 7))
+            and float32_compute(*(spec.inputs[i] for i in present), *spec.outputs)
+            and math.prod(x.shape) > 0)
+
+
+def bind_fused_gates(spec: LayerSpec) -> RunFn:
+    x = spec.inputs[0]
+    assert x is not None
+    steps, batch, size = x.shape
+    hidden = int(spec.attrs["hidden_size"])
+    dirs = 2 if spec.attrs["direction"] == "bidirectional" else 1
+    nthreads = threads.configure()
+    geo = np.array([steps, batch, size, hidden, dirs,
+                    int(spec.attrs["direction"] == "reverse")], np.int64)
+    # X (T·B × I) · Wᵀ, W being (D·4H × I): every direction's gates in one product.
+    pgeo, _ = Product(False, True, steps * batch, dirs * 4 * hidden, size,
+                      ((0, 0, 0),)).geo(nthreads)
+    n_out = len(spec.outputs)
+
+    def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
+        src, w, r = ins[0], ins[1], ins[2]
+        assert src is not None and w is not None and r is not None
+        b = ins[3] if len(ins) > 3 else None
+        h0 = ins[5] if len(ins) > 5 and ins[5] is not None else np.zeros((dirs, batch, hidden),
+                                                                         np.float32)
+        c0 = ins[6] if len(ins) > 6 else None
+        g = np.empty((steps * batch, dirs * 4 * hidden), np.float32)
+        rh = np.empty((dirs, batch, 4 * hidden), np.float32)
+        c = np.empty((dirs, batch, hidden), np.float32)
+        yh = outs[1] if n_out > 1 else np.empty((dirs, batch, hidden), np.float32)
+        yc = outs[2] if n_out > 2 else np.empty((dirs, batch, hidden), np.float32)
+        rt = np.empty((dirs, hidden, 4 * hidden), np.float32)
+        bsum = np.zeros((dirs, 4 * hidden), np.float32)
+        four = 4 * hidden
+
+        def prepare() -> None:
+            np.copyto(rt, r.transpose(0, 2, 1))
+            if b is not None:
+                np.add(b[:, :four], b[:, four:], out=bsum)
+
+        # Weights are read-only views of the loadable (Program.weight): derived once here.
+        # Writable R or B are runtime tensors, derived again at every run.
+        constant = not r.flags.writeable and (b is None or not b.flags.writeable)
+        if constant:
+            prepare()
+        run = functools.partial(lstm, np.ascontiguousarray(src).reshape(-1),
+                                np.ascontiguousarray(w).reshape(-1), rt.reshape(-1), bsum,
+                                np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
+                                rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
+                                yh.reshape(-1), yc.reshape(-1), geo, pgeo)
+
+        def step() -> None:
+            if not constant:
+                prepare()
+            # The initial cell state may be a runtime input: reset at every run.
+            if c0 is not None:
+                np.copyto(c, c0)
+            else:
+                c.fill(0)
+            run()
+
+        return step
+
+    return PreboundKernel(prebind)
+
+
+tactic("LSTM", "fused_gates", applies=_applies, priority=10)(bind_fused_gates)

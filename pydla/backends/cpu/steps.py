@@ -1,0 +1,55 @@
+"""Prebound steps: a layer's kernel and its arena views fused into one no-argument call.
+
+The executor binds every layer once at load. A kernel may offer ``run.prebind(inputs,
+outputs)``, returning a callable that already holds everything it needs (flattened views,
+loop geometry, often a numba dispatcher with its arguments in a ``functools.partial``);
+any other RunFn is wrapped in a partial. Running a layer is then one Python call, with no
+argument lists to build or unpack on the hot path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from pydla.backends.base import RunFn
+
+Thunk = Callable[[], object]
+
+
+def prebind(run: RunFn, inputs: Sequence[np.ndarray | None],
+            outputs: Sequence[np.ndarray]) -> Thunk:
+    """``run`` bound to these buffers for good (they must outlive the returned callable)."""
+    bind = getattr(run, "prebind", None)
+    if bind is not None:
+        return bind(inputs, outputs)
+    return functools.partial(run, inputs, outputs)
+
+
+Prebinder = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray]], Thunk]
+
+
+class PreboundKernel:
+    """A RunFn made of a prebinder: the executor takes ``prebind``; direct calls (tactic
+    timing, fused programs) reuse the step prebound for the same arrays as last time."""
+
+    def prebind(self, inputs: Sequence[np.ndarray | None],
+                outputs: Sequence[np.ndarray]) -> Thunk:
+        raise NotImplementedError
+
+    def __init__(self, prebind: Prebinder | None = None) -> None:
+        if prebind is not None:  # else a subclass defines the method
+            self.prebind = prebind  # type: ignore[method-assign]
+        self._last: tuple[tuple[np.ndarray | None, ...], Thunk] | None = None
+
+    def __call__(self, inputs: Sequence[np.ndarray | None],
+                 outputs: Sequence[np.ndarray]) -> None:
+        key = (*inputs, *outputs)
+        last = self._last
+        if last is None or len(last[0]) != len(key) or any(
+                a is not b for a, b in zip(last[0], key)):
+            last = (key, self.prebind(inputs, outputs))
+            self._last = last
+        last[1]()
