@@ -97,7 +97,11 @@ def _sample_inputs(node: Node, rng: np.random.Generator) -> list[np.ndarray | No
         if v is None:
             out.append(None)
         elif v.is_const:
-            out.append(v.const)
+            # Read-only, as a loadable's weights are: kernels may cache what they derive
+            # from them (Winograd's transformed filters).
+            const = np.asarray(v.const).view()
+            const.flags.writeable = False
+            out.append(const)
         elif v.dtype.is_float:
             out.append(rng.standard_normal(v.shape).astype(v.dtype.np))
         else:
@@ -107,7 +111,10 @@ def _sample_inputs(node: Node, rng: np.random.Generator) -> list[np.ndarray | No
 
 def time_tactic(node: Node, name: str, inputs: list[np.ndarray | None],
                 budget_s: float = 0.05, max_runs: int = 10) -> float:
-    """Median milliseconds of one layer under one tactic (bound once, warmed up once)."""
+    """Fastest run of one layer under one tactic, in milliseconds (bound once, warmed up
+    once). Not the median: on a shared machine other processes only ever add time, and a
+    parallel kernel loses whole time slices at its barrier while a single-threaded one
+    does not, so a noisy median would systematically favour the slower tactic."""
     spec = layer_spec(node)
     spec = LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, name)
     run = bind_layer(spec)
@@ -120,7 +127,7 @@ def time_tactic(node: Node, name: str, inputs: list[np.ndarray | None],
             t = time.perf_counter()
             run(inputs, outs)
             times.append((time.perf_counter() - t) * 1e3)
-    return float(np.median(times))
+    return float(np.min(times))
 
 
 def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,

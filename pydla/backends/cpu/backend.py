@@ -9,6 +9,7 @@ import numpy as np
 
 from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
+from pydla.backends.cpu import threads
 from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder
 from pydla.backends.cpu.steps import prebind
@@ -113,6 +114,7 @@ class CpuProgram:
 
     def __init__(self, program: Program) -> None:
         self.program = program
+        threads.configure()  # one thread pool: numba's, with BLAS single-threaded
         # 64-byte aligned arena (extra bytes let us slide the start to an aligned address).
         try:
             raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)

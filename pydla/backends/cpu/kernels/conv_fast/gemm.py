@@ -1,0 +1,206 @@
+"""Single-threaded float32 GEMM for the convolution kernels: packed panels and a 12×32
+register-blocked micro-kernel written as LLVM vector code.
+
+Why not BLAS: numpy's OpenBLAS picks its kernels from ``OPENBLAS_CORETYPE`` and this
+project's machines set it to Haswell (AVX2, ≈ 120 GFLOP/s per core), while the cores run
+AVX-512 at twice that — onnxruntime's own kernels do. The micro-kernel keeps a 12×32 block
+of C in 24 vector registers while it walks K, one broadcast of A and two loads of B per
+12×32 FMAs; LLVM lowers its <16 x float> operations to whatever the CPU has.
+
+Blocking follows Goto: K in slices of KC (a B strip of KC × 32 stays in L1), M in blocks of
+MC (an A block of MC × KC stays in L2, reused by every strip of B). Operands are packed
+into panels first: A (m × k) into MR-row panels ``[panel][k][MR]``, B (k × n) into NR-column
+panels ``[panel][k][NR]``, zero-padded, so that every micro-kernel call reads contiguous
+memory. Constant operands (weights) are packed once by their callers.
+
+Addresses and strides are int64 bytes throughout, like simd.py; callers keep the buffers
+alive and in bounds (``packed_a_size``, ``packed_b_size``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
+KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
+_LANES = 16
+_F32 = ir.FloatType()
+_VEC = ir.VectorType(_F32, _LANES)
+_I64 = ir.IntType(64)
+
+
+def _ptr(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int,
+         ty: ir.Type) -> ir.Value:
+    off = offset if isinstance(offset, ir.Value) else ir.Constant(_I64, offset)
+    return builder.inttoptr(builder.add(base, off), ty.as_pointer())
+
+
+@intrinsic
+def micro_kernel(typingctx, a, a_sk, a_sr, b, k, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+    """C[0:12, 0:32] (=|+=) A · B panel over k ≥ 1 steps. A[r, kk] is at a + kk·a_sk +
+    r·a_sr (packed: MR·4 and 4; row-major: 4 and lda·4), the B panel is packed, C rows are
+    ldc bytes apart; ``accumulate`` nonzero adds to C. Addresses and strides in bytes."""
+    sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64,
+                     types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a_, a_sk_, a_sr_, b_, k_, c_, ldc_, acc_flag = args
+        fn = builder.function
+        # One base address per row of A, outside the loop.
+        a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(MR)]
+        entry = builder.block
+        loop = fn.append_basic_block("mk.loop")
+        done = fn.append_basic_block("mk.done")
+        builder.branch(loop)
+
+        builder.position_at_end(loop)
+        i = builder.phi(_I64)
+        i.add_incoming(ir.Constant(_I64, 0), entry)
+        zero = ir.Constant(_VEC, [0.0] * _LANES)
+        accs = []
+        for _ in range(2 * MR):
+            phi = builder.phi(_VEC)
+            phi.add_incoming(zero, entry)
+            accs.append(phi)
+        b_row = builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4)))
+        b0 = builder.load(_ptr(builder, b_row, 0, _VEC), align=4)
+        b1 = builder.load(_ptr(builder, b_row, 4 * _LANES, _VEC), align=4)
+        a_off = builder.mul(i, a_sk_)
+        new = []
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), _LANES), [0] * _LANES)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+            _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
+        for r in range(MR):
+            s = builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4)
+            sv = builder.insert_element(ir.Constant(_VEC, ir.Undefined), s,
+                                        ir.Constant(ir.IntType(32), 0))
+            sv = builder.shuffle_vector(sv, ir.Constant(_VEC, ir.Undefined), mask)
+            new.append(builder.call(fma, [sv, b0, accs[2 * r]]))
+            new.append(builder.call(fma, [sv, b1, accs[2 * r + 1]]))
+        nxt = builder.add(i, ir.Constant(_I64, 1))
+        i.add_incoming(nxt, loop)
+        for phi, value in zip(accs, new):
+            phi.add_incoming(value, loop)
+        builder.cbranch(builder.icmp_signed("<", nxt, k_), loop, done)
+
+        builder.position_at_end(done)
+        add = builder.icmp_signed("!=", acc_flag, ir.Constant(_I64, 0))
+        for r in range(MR):
+            row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
+            for h in range(2):
+                ptr = _ptr(builder, row, 4 * _LANES * h, _VEC)
+                value = new[2 * r + h]
+                with builder.if_then(add):
+                    builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
+                with builder.if_then(builder.not_(add)):
+                    builder.store(value, ptr, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def packed_a_size(m: int, k: int) -> int:
+    return -(-m // MR) * MR * k
+
+
+def packed_b_size(k: int, n: int) -> int:
+    return -(-n // NR) * NR * k
+
+
+@njit(inline="always", error_model="numpy")
+def pack_a(a: np.ndarray, lda: int, m: int, k: int, dst: np.ndarray) -> None:
+    """A (m × k, rows lda apart; flat arrays) into MR-row panels, K slice by K slice:
+    dst[k0·mp + p·kc·MR + kk·MR + r] = a[(p·MR + r)·lda + k0 + kk], zero past row m
+    (mp = m rounded up to MR, kc the slice's length). A slice of every panel is one
+    contiguous run, which the GEMM streams through in order (weights come from DRAM)."""
+    panels = -(-m // MR)
+    mp = panels * MR
+    for k0 in range(0, k, KC):
+        kc = min(KC, k - k0)
+        for p in range(panels):
+            base = k0 * mp + p * kc * MR
+            for r in range(MR):
+                row = p * MR + r
+                if row < m:
+                    src = a[row * lda + k0:row * lda + k0 + kc]
+                    for kk in range(kc):
+                        dst[base + kk * MR + r] = src[kk]
+                else:
+                    for kk in range(kc):
+                        dst[base + kk * MR + r] = 0
+
+
+@njit(inline="always", error_model="numpy")
+def pack_b(b: np.ndarray, ldb: int, k: int, n: int, dst: np.ndarray) -> None:
+    """dst[p·k·NR + kk·NR + j] = b[kk·ldb + p·NR + j] (flat arrays), zero past column n."""
+    for p in range(-(-n // NR)):
+        c0 = p * NR
+        width = min(NR, n - c0)
+        for kk in range(k):
+            out = dst[(p * k + kk) * NR:(p * k + kk + 1) * NR]
+            src = b[kk * ldb + c0:kk * ldb + c0 + width]
+            for j in range(width):
+                out[j] = src[j]
+            for j in range(width, NR):
+                out[j] = 0
+
+
+@njit(inline="always", error_model="numpy")
+def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndarray,
+         c: np.ndarray, c0: int, ldc: int, edge: np.ndarray) -> None:
+    """c[c0 + i·ldc + j] = Σ A[i, kk]·B[kk, j] for i < m, j < n; c a flat float32 array.
+
+    A at address a is either packed (pack_a; ``mp`` > 0 its padded row count, A's row i
+    that matrix's row p0·MR + i) or row-major (``mp`` = 0, rows lda floats apart,
+    readable up to the next multiple of MR rows); B is packed (bp); edge is a scratch
+    block of MR × NR for the ragged edges of C.
+    """
+    strips, panels = -(-n // NR), -(-m // MR)
+    ca, ea = c.ctypes.data, edge.ctypes.data
+    a_sk, a_sr = (MR * 4, 4) if mp else (4, lda * 4)
+    for k0 in range(0, k, KC):
+        kc = min(KC, k - k0)
+        first = 1 if k0 == 0 else 0
+        for m0 in range(0, panels, MC // MR):
+            for s in range(strips):
+                b = bp.ctypes.data + ((s * k + k0) * NR) * 4
+                cols = min(NR, n - s * NR)
+                for p in range(m0, min(panels, m0 + MC // MR)):
+                    if mp:
+                        ak = a + (k0 * mp + (p0 + p) * kc * MR) * 4
+                    else:
+                        ak = a + (p * MR * lda + k0) * 4
+                    rows = min(MR, m - p * MR)
+                    if rows == MR and cols == NR:
+                        micro_kernel(ak, a_sk, a_sr, b, kc,
+                                     ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4, 1 - first)
+                    else:  # a ragged block: through the scratch block
+                        micro_kernel(ak, a_sk, a_sr, b, kc, ea, NR * 4, 0)
+                        for r in range(rows):
+                            dst = c0 + (p * MR + r) * ldc + s * NR
+                            if first:
+                                for j in range(cols):
+                                    c[dst + j] = edge[r * NR + j]
+                            else:
+                                for j in range(cols):
+                                    c[dst + j] += edge[r * NR + j]
+
+
+@njit(inline="always")
+def gemm_packed(m: int, n: int, k: int, ap: np.ndarray, rows: int, p0: int, bp: np.ndarray,
+                c: np.ndarray, c0: int, ldc: int, edge: np.ndarray) -> None:
+    """``gemm`` with A = rows p0·MR … p0·MR + m - 1 of the matrix of ``rows`` rows packed
+    (pack_a) in the flat array ap."""
+    gemm(m, n, k, ap.ctypes.data, -(-rows // MR) * MR, p0, 0, bp, c, c0, ldc, edge)
+
+
+@njit(inline="always")
+def gemm_rows(m: int, n: int, k: int, a: int, lda: int, bp: np.ndarray, c: np.ndarray,
+              c0: int, ldc: int, edge: np.ndarray) -> None:
+    """``gemm`` with A row-major at address a, rows lda floats apart (readable up to the
+    next multiple of MR rows)."""
+    gemm(m, n, k, a, 0, 0, lda, bp, c, c0, ldc, edge)

@@ -1,0 +1,192 @@
+"""1×1 convolution as GEMM: Y[n] (m × oh·ow) = W (m × c) · X[n] (c × the sampled pixels).
+
+Any stride (the pixels a strided 1×1 kernel samples are gathered while packing), no
+padding, one group.
+
+W is packed into micro-kernel panels once (pydla.backends.cpu.kernels.conv_fast.gemm).
+The output is cut into blocks of pixels (columns) — and of output channels when an image
+has too few pixels to keep every thread busy; each numba thread packs its block's pixels
+of X, runs the GEMM straight into the output (or, with an epilogue, into a staging block
+that stays in L2) and adds bias and epilogue to each finished row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    native_epilogue,
+    run_epilogue,
+)
+from pydla.backends.cpu.kernels.conv_fast.gemm import (
+    MR,
+    NR,
+    gemm_packed,
+    pack_a,
+    pack_b,
+    packed_a_size,
+)
+from pydla.backends.cpu.kernels.conv_fast.geometry import (
+    Conv2d,
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    conv2d,
+    out_rows,
+    runner,
+    with_registers,
+)
+from pydla.backends.cpu.registry import tactic
+
+PACKED_B_FLOATS = 1 << 18  # one thread's packed block of X (1 MiB)
+STAGED_FLOATS = 1 << 16  # with an epilogue, one thread's staged block of Y (256 KiB)
+
+
+def _up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def blocks(m: int, p: int, k: int, images: int, nthreads: int,
+           epilogue: bool) -> tuple[int, int]:
+    """(rows, columns) of a task's output block. Pixels are split into even blocks of whole
+    NR strips — as many as the threads need, more if a packed block would leave L2 — and
+    output channels (even blocks of whole MR panels) when the pixels alone cannot keep
+    every thread busy, or a staged block (with an epilogue) would leave L2. The number of
+    tasks is made a multiple of the threads where the channels allow: a fork-join region
+    lasts as long as its busiest thread."""
+    strips = -(-p // NR)
+    per_image = -(-nthreads // images)  # column blocks per image that give each thread one
+    col_count = -(-strips // max(1, PACKED_B_FLOATS // k // NR))
+    if strips >= 4 * per_image:  # else a strip more or less is too uneven: split rows
+        col_count = -(-max(col_count, per_image) // per_image) * per_image
+    cols = min(p, NR * -(-strips // col_count))
+    col_count = -(-p // cols)
+    panels = -(-m // MR)
+    row_count = -(-m // max(MR, STAGED_FLOATS // cols)) if epilogue else 1
+    row_count = max(row_count, -(-nthreads // (images * col_count)))
+    while (images * col_count * row_count) % nthreads and row_count < panels:
+        row_count += 1
+    row_count = min(row_count, panels)
+    return MR * -(-panels // row_count), cols
+
+
+@njit(inline="always", error_model="numpy")
+def _pack_pixels(x: np.ndarray, sh: int, sw: int, ow: int, p0: int, n: int,
+                 dst: np.ndarray) -> None:
+    """Packed B panels (pack_b's layout) of the output pixels p0 … p0+n-1 of a 1×1
+    convolution: row kk holds x[kk, r·sh, q·sw] for output pixel r·ow + q."""
+    c, h, w = x.shape
+    flat = x.reshape(-1)
+    for s in range(-(-n // NR)):
+        first = p0 + s * NR
+        width = min(NR, p0 + n - first)
+        for kk in range(c):
+            out = dst[(s * c + kk) * NR:(s * c + kk + 1) * NR]
+            j, r, q = 0, first // ow, first % ow
+            while j < width:  # one run per output row the strip touches
+                run = min(width - j, ow - q)
+                start = kk * h * w + r * sh * w + q * sw
+                if sw == 1:
+                    out[j:j + run] = flat[start:start + run]
+                else:
+                    src = flat[start:]
+                    for i in range(run):
+                        out[j + i] = src[i * sw]
+                j, r, q = j + run, r + 1, 0
+            out[width:] = 0
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: int,
+            sw: int, ow: int, rows: int, cols: int, nthreads: int, bp: np.ndarray,
+            edge: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
+            full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+            scratch: np.ndarray) -> None:
+    """x (n, c, h, w), ap the packed weights, y (n·m, p) with p = oh·ow output pixels.
+    Per thread: bp (packed pixels), edge (MR·NR) and acc (rows·cols) staging a block for
+    the epilogue."""
+    n, c = x.shape[0], x.shape[1]
+    m, p = y.shape[0] // n, y.shape[1]
+    yf = y.reshape(-1)
+    rb, cb = -(-m // rows), -(-p // cols)
+    tasks = n * cb * rb
+    per = -(-tasks // nthreads)
+    epilogue = code.shape[0] > 0
+    for t in prange(nthreads):
+        packed = -1  # consecutive tasks share a column block: pack it once
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            ri = task % rb
+            block = task // rb
+            img, c0 = block // cb, block % cb * cols
+            r0, c1 = ri * rows, min(p, block % cb * cols + cols)
+            r1 = min(m, r0 + rows)
+            if packed != block:
+                if sh == 1 and sw == 1:  # the pixels are X's own: rows of a plain matrix
+                    pack_b(x[img].reshape(-1)[c0:], p, c, c1 - c0, bp[t])
+                else:
+                    _pack_pixels(x[img], sh, sw, ow, c0, c1 - c0, bp[t])
+                packed = block
+            if not epilogue:
+                gemm_packed(r1 - r0, c1 - c0, c, ap, m, r0 // MR, bp[t], yf,
+                            (img * m + r0) * p + c0, p, edge[t])
+                for r in range(r0, r1):
+                    row = y[img * m + r, c0:c1]
+                    row += bias[r]
+            else:
+                blk = acc[t]
+                gemm_packed(r1 - r0, c1 - c0, c, ap, m, r0 // MR, bp[t], blk, 0, cols, edge[t])
+                for r in range(r0, r1):
+                    row = blk[(r - r0) * cols:(r - r0) * cols + c1 - c0]
+                    row += bias[r]
+                    run_epilogue(row, y, img * m + r, c0, code, prm, full0, full1, vecs,
+                                 scratch[t])
+
+
+@njit(cache=True)
+def pack_weights(w: np.ndarray, ap: np.ndarray) -> None:
+    """W (m, c) into MR-row panels."""
+    m, c = w.shape
+    pack_a(w.reshape(-1), c, m, c, ap)
+
+
+def applies(spec: LayerSpec) -> bool:
+    g = conv2d(spec)
+    return (g is not None and g.kh == g.kw == 1 and g.group == 1 and g.top == g.left == 0
+            and (g.oh - 1) * g.sh < g.h and (g.ow - 1) * g.sw < g.w)
+
+
+def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+    m, c, p = geo.m, geo.c, geo.pixels
+    rows, cols = blocks(m, p, c, geo.n, nthreads, epi.steps > 0)
+    ap = np.zeros(packed_a_size(m, c), np.float32)
+    bp = np.zeros((nthreads, _up(cols, NR) * c), np.float32)
+    edge = np.zeros((nthreads, MR * NR), np.float32)
+    acc = np.zeros((nthreads, rows * cols if epi.steps else 1), np.float32)
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, cols)
+    zeros = np.zeros(m, np.float32)
+    weights = Derived(lambda w: pack_weights(w.reshape(m, c), ap))
+    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+
+    def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        full0, full1 = args.fulls(inputs)
+        call = partial(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
+                       out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, geo.ow, rows, cols,
+                       nthreads, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
+        return weights.before(w, with_registers(call, args, inputs))
+
+    return runner(prepare)
+
+
+@tactic("Conv", "gemm1x1", applies=applies, native_epilogue=native_epilogue, priority=30)
+def bind_gemm1x1(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)

@@ -1,0 +1,230 @@
+"""Any 2-D convolution (strides, dilations, padding, groups) as an implicit GEMM.
+
+The columns of im2col are never built: each input plane is first split into zero-bordered
+phase planes (conv_fast.phases), where every kernel tap is a constant shift of the output
+grid, so row (channel, tap) of the column matrix is a contiguous run of a phase plane. Each
+numba thread packs its block of grid positions straight from the planes into GEMM panels
+(pydla.backends.cpu.kernels.conv_fast.gemm), multiplies them by the group's filters (packed
+once) into a staging block that stays in L2, and copies the block's valid positions to the
+output with bias and epilogue. Blocks are split by output channels too when an image has
+too few of them to keep every thread busy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    native_epilogue,
+    run_epilogue,
+)
+from pydla.backends.cpu.kernels.conv_fast.gemm import (
+    MR,
+    NR,
+    gemm_packed,
+    pack_a,
+    packed_a_size,
+    packed_b_size,
+)
+from pydla.backends.cpu.kernels.conv_fast.geometry import (
+    Conv2d,
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    conv2d,
+    out_rows,
+    runner,
+    with_registers,
+)
+from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
+from pydla.backends.cpu.registry import tactic
+
+PACKED_B_BYTES = 1 << 19  # one thread's packed block of columns (L2 is 1 MiB per core here)
+STAGED_FLOATS = 1 << 16  # one thread's staged block of the product (256 KiB)
+
+
+@njit(inline="always", error_model="numpy")
+def _pack_columns(planes: np.ndarray, base: int, offsets: np.ndarray, g0: int, n: int,
+                  bp: np.ndarray) -> None:
+    """Packed B panels (NR columns) of column-matrix rows kk, grid positions g0 … g0+n-1:
+    row kk is planes[base + offsets[kk] + g] (flat), zero past n."""
+    k = offsets.shape[0]
+    for s in range(-(-n // NR)):
+        c0 = s * NR
+        width = min(NR, n - c0)
+        for kk in range(k):
+            out = bp[(s * k + kk) * NR:(s * k + kk + 1) * NR]
+            start = base + offsets[kk] + g0 + c0
+            src = planes[start:start + width]
+            for j in range(width):
+                out[j] = src[j]
+            for j in range(width, NR):
+                out[j] = 0
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def split_planes(x: np.ndarray, planes: np.ndarray, used: np.ndarray, sh: int, sw: int,
+                 top: int, left: int, wq: int, nthreads: int) -> None:
+    """planes[img, ch] = the phase planes of x[img, ch] (only those whose used flag is set:
+    a 1×1 stride-2 kernel reads one phase of four)."""
+    n, c = x.shape[0], x.shape[1]
+    tasks = n * c
+    per = -(-tasks // nthreads)
+    for t in prange(nthreads):
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            split(x[task // c, task % c], planes[task // c, task % c], sh, sw, top, left, wq,
+                  used)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias: np.ndarray,
+                  y: np.ndarray, group: int, oh: int, ow: int, wq: int, chunk: int,
+                  mblock: int, nthreads: int, bp: np.ndarray, edge: np.ndarray,
+                  acc: np.ndarray, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
+                  full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
+    """planes (n, c, phases, size), offsets (k) of the column rows within a group's planes,
+    ap the packed filters of every group, y (n·m, oh·ow).
+
+    The work is a list of units — (image, group, block of mblock output channels, strip
+    of NR grid positions) — dealt out to the threads in equal contiguous shares; a thread
+    runs up to ``chunk`` consecutive strips at a time. Per thread: bp (packed columns of a
+    chunk), edge (MR·NR) and acc (whole panels × chunk strips) staging the product of a
+    sub-block of output channels."""
+    n, c = planes.shape[0], planes.shape[1]
+    group_stride = c // group * planes.shape[2] * planes.shape[3]
+    m, k = bias.shape[0], offsets.shape[0]
+    mg = m // group
+    per_group = ap.shape[0] // group
+    grid = oh * wq
+    flat = planes.reshape(-1)
+    strips, mb = -(-grid // NR), -(-mg // mblock)
+    units = n * group * mb * strips
+    stride = chunk * NR  # staging row length
+    msub = acc.shape[1] // stride  # staged output channels (whole panels)
+    epilogue = code.shape[0] > 0
+    for t in prange(nthreads):
+        u, end = t * units // nthreads, (t + 1) * units // nthreads
+        while u < end:
+            s0 = u % strips
+            rest = u // strips
+            mi, g, img = rest % mb, rest // mb % group, rest // mb // group
+            s1 = min(strips, s0 + chunk, s0 + end - u)
+            u += s1 - s0
+            g0, g1 = s0 * NR, min(grid, s1 * NR)
+            m0, m1 = mi * mblock, min(mg, (mi + 1) * mblock)
+            _pack_columns(flat, (img * group + g) * group_stride, offsets, g0, g1 - g0, bp[t])
+            blk = acc[t]
+            for ms in range(m0, m1, msub):  # channel sub-blocks: the staging stays in L2
+                me = min(m1, ms + msub)
+                # Whole panels and strips (the staging block has room, the packed operands
+                # are zero-padded): no ragged edges to patch up.
+                gemm_packed(-(-(me - ms) // MR) * MR, (s1 - s0) * NR, k, ap[g * per_group:],
+                            mg, ms // MR, bp[t], blk, 0, stride, edge[t])
+                # The grid rows this chunk touches, valid columns only.
+                for r in range(g0 // wq, min(oh, (g1 - 1) // wq + 1)):
+                    q0, q1 = max(g0, r * wq) - r * wq, min(g1, r * wq + ow) - r * wq
+                    if q0 >= q1:
+                        continue
+                    for ch in range(ms, me):
+                        row = blk[(ch - ms) * stride + r * wq + q0 - g0:
+                                  (ch - ms) * stride + r * wq + q1 - g0]
+                        out_row = (img * group + g) * mg + ch
+                        b = bias[g * mg + ch]
+                        if epilogue:
+                            row += b
+                            run_epilogue(row, y, out_row, r * ow + q0, code, prm, full0,
+                                         full1, vecs, scratch[t])
+                        else:
+                            dst = y[out_row, r * ow + q0:r * ow + q1]
+                            for q in range(q1 - q0):
+                                dst[q] = row[q] + b
+
+
+@njit(cache=True)
+def pack_filters(w: np.ndarray, group: int, ap: np.ndarray) -> None:
+    """W (m, k) of each group into MR-row panels, group after group."""
+    m, k = w.shape
+    mg = m // group
+    per_group = ap.shape[0] // group
+    flat = w.reshape(-1)
+    for g in range(group):
+        pack_a(flat[g * mg * k:], k, mg, k, ap[g * per_group:])
+
+
+def blocks(geo: Conv2d, grid: int, nthreads: int) -> tuple[int, int]:
+    """(strips per chunk, output channels per block). Normally chunks of packed columns
+    that fit in L2 and no channel blocks. With too few strips to share out evenly (deep
+    layers: few pixels, many channels), channel blocks (whole MR panels) instead, and a
+    chunk is every strip: the filters, not the columns, are then what must be read once."""
+    k = geo.c // geo.group * geo.kh * geo.kw
+    mg = geo.m // geo.group
+    strips = -(-grid // NR)
+    units = geo.n * geo.group * strips
+    if units >= 4 * nthreads:
+        return max(1, PACKED_B_BYTES // (4 * k * NR)), MR * -(-mg // MR)
+    mb = min(-(-mg // MR), -(-4 * nthreads // units))
+    per_block = -(-mg // mb)
+    return strips, MR * -(-per_block // MR)
+
+
+def applies(spec: LayerSpec) -> bool:
+    return conv2d(spec) is not None
+
+
+def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+    cg, mg = geo.c // geo.group, geo.m // geo.group
+    k = cg * geo.kh * geo.kw
+    wq, size = layout(geo)
+    phases = geo.sh * geo.sw
+    # Row (ci, i, j) of a group's column matrix starts at this offset in its planes.
+    offsets = np.array([ci * phases * size + ph * size + off
+                        for ci in range(cg) for i in range(geo.kh) for j in range(geo.kw)
+                        for ph, off in [tap(i, j, geo, wq)]], np.int64)
+    used = np.zeros(phases, np.bool_)
+    for i in range(geo.kh):
+        for j in range(geo.kw):
+            used[tap(i, j, geo, wq)[0]] = True
+    grid = geo.oh * wq
+    chunk, mblock = blocks(geo, grid, nthreads)
+    planes = np.zeros((geo.n, geo.c, phases, size), np.float32)
+    ap = np.zeros(geo.group * packed_a_size(mg, k), np.float32)
+    bp = np.zeros((nthreads, packed_b_size(k, chunk * NR)), np.float32)
+    edge = np.zeros((nthreads, MR * NR), np.float32)
+    msub = min(mblock, max(MR, STAGED_FLOATS // (chunk * NR) // MR * MR))
+    acc = np.zeros((nthreads, msub * chunk * NR), np.float32)
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, chunk * NR)
+    zeros = np.zeros(geo.m, np.float32)
+    filters = Derived(lambda w: pack_filters(w.reshape(geo.m, k), geo.group, ap))
+    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+
+    def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        full0, full1 = args.fulls(inputs)
+        split_call = partial(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
+                             wq, nthreads)
+        gemm_call = partial(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),
+                            out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
+                            geo.oh, geo.ow, wq, chunk, mblock, nthreads, bp, edge, acc, code,
+                            prm, full0, full1, vecs, scratch)
+
+        def call() -> None:
+            split_call()
+            gemm_call()
+
+        return filters.before(w, with_registers(call, args, inputs))
+
+    return runner(prepare)
+
+
+@tactic("Conv", "im2col", applies=applies, native_epilogue=native_epilogue, priority=10)
+def bind_im2col(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)

@@ -1,0 +1,346 @@
+"""3×3 stride-1 convolution by Winograd's minimal filtering, F(4×4, 3×3) and F(2×2, 3×3).
+
+Y = Aᵀ [ (G g Gᵀ) ⊙ (Bᵀ d B) ] A per m×m output tile (m = 4 or 2, tiles of a = m+2 input
+pixels): S = a² products that become S GEMMs over all tiles and channels.
+
+Work is cut into chunks of tile rows, and each numba thread takes its chunks through every
+step with no barrier in between, so a chunk's data stays in that core's cache:
+
+1. its input rows are copied channel-last and zero padded (16×16 blocks transposed in
+   registers): a tile's pixels are then vectors of 16 channels, and Bᵀ d B is vector code
+   (pydla.backends.cpu.kernels.conv_fast.simd) with no waste at any image size;
+2. V_s (tiles × C) · U_s (C × M) for the S products (conv_fast.gemm, U packed once);
+3. the output transform Aᵀ M A, again over channel vectors, into a channel-last band;
+4. the band goes back to NCHW 16 channels at a time, plus bias, through the epilogue.
+
+U = G g Gᵀ is computed in float64 once, and kept while the same read-only weight array
+(the loadable's) comes back. F(4×4) needs 4× fewer multiplications than direct convolution
+but rounds more (≈ 1e-5 relative error on typical layers); F(2×2) is nearly exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    native_epilogue,
+    run_epilogue,
+)
+from pydla.backends.cpu.kernels.conv_fast.gemm import (
+    MR,
+    NR,
+    gemm_rows,
+    pack_b,
+    packed_b_size,
+)
+from pydla.backends.cpu.kernels.conv_fast.geometry import (
+    Conv2d,
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    conv2d,
+    out_rows,
+    runner,
+    with_registers,
+)
+from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16
+from pydla.backends.cpu.registry import tactic
+
+# Tiles per chunk: enough rows for efficient GEMMs, few enough for the chunk to stay in L2.
+CHUNK_TILES = 96
+
+# Filter transforms G (a × 3), applied in float64.
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+_G2 = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+
+
+# -- the transforms as 16-channel vector maps (Bᵀ: a × a, Aᵀ: m × a) -------------------
+
+_BT6 = linear_map([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                   [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]])
+_AT6 = linear_map([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                   [0, 1, -1, 8, -8, 1]])
+_BT4 = linear_map([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
+_AT4 = linear_map([[1, 1, 1, 0], [0, 1, -1, -1]])
+_VB = 4 * LANES  # bytes in one vector
+
+
+# -- step 1: channel-last input band -----------------------------------------------------
+
+@njit(inline="always", error_model="numpy")
+def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int) -> None:
+    """band[r, col, ch] = x[ch, ih0 + r, col - left], zero outside the image; 16×16 blocks
+    (channels × columns) are transposed in registers, the ragged edges element by element."""
+    c, h, w = x.shape
+    width, cv = band.shape[1], band.shape[2]
+    lo, hi = left, min(width, left + w)
+    blocks, cols = c // LANES * LANES, (hi - lo) // LANES * LANES
+    for r in range(rows):
+        ih = ih0 + r
+        dst = band[r]
+        if ih < 0 or ih >= h:
+            dst[:, :] = 0
+            continue
+        dst[:lo, :] = 0
+        dst[hi:, :] = 0
+        for cb in range(0, blocks, LANES):
+            for col in range(0, cols, LANES):
+                transpose16(x.ctypes.data + ((cb * h + ih) * w + col) * 4, h * w * 4,
+                            band.ctypes.data + ((r * width + lo + col) * cv + cb) * 4, cv * 4, 0)
+        for ch in range(c):
+            src = x[ch, ih]
+            first = cols if ch < blocks else 0
+            for col in range(lo + first, hi):
+                dst[col, ch] = src[col - left]
+
+
+# -- steps 2 and 3: transforms over 16-channel vectors ----------------------------------
+
+@njit(inline="always")
+def _input_tiles(band: np.ndarray, v: np.ndarray, plane: int, tmp: np.ndarray, m: int,
+                 tile_rows: int, tw: int) -> None:
+    """Product matrix a·i + j (at v[(a·i + j)·plane:], tiles × channels of band) gets
+    (Bᵀ d B)[i, j] of each tile, tiles row-major over the chunk."""
+    a = m + 2
+    blocks = band.shape[2] // LANES
+    row = band.shape[1] * band.shape[2] * 4  # bytes between input rows
+    plane *= 4  # bytes between product matrices
+    b0, v0, t0 = band.ctypes.data, v.ctypes.data, tmp.ctypes.data
+    for ty in range(tile_rows):
+        for tx in range(tw):
+            k = ty * tw + tx
+            for cb in range(blocks):
+                src = b0 + ((m * ty * band.shape[1] + m * tx) * band.shape[2] + cb * LANES) * 4
+                dst = v0 + (k * band.shape[2] + cb * LANES) * 4
+                # Down each column of the tile into tmp[i, j], then across each row of tmp.
+                for j in range(a):
+                    if m == 4:
+                        _BT6(src + j * band.shape[2] * 4, row, t0 + j * _VB, a * _VB)
+                    else:
+                        _BT4(src + j * band.shape[2] * 4, row, t0 + j * _VB, a * _VB)
+                for i in range(a):
+                    if m == 4:
+                        _BT6(t0 + i * a * _VB, _VB, dst + a * i * plane, plane)
+                    else:
+                        _BT4(t0 + i * a * _VB, _VB, dst + a * i * plane, plane)
+
+
+@njit(inline="always")
+def _output_tiles(p: np.ndarray, plane: int, band: np.ndarray, tmp: np.ndarray, m: int,
+                  tile_rows: int, tw: int) -> None:
+    """band[m·ty + i, m·tx + j, :] = (Aᵀ M A)[i, j] of tile (ty, tx) from the products
+    (matrix s at p[s·plane:], tiles × channels of band)."""
+    a = m + 2
+    blocks = band.shape[2] // LANES
+    row = band.shape[1] * band.shape[2] * 4
+    plane *= 4
+    p0, b0, t0 = p.ctypes.data, band.ctypes.data, tmp.ctypes.data
+    for ty in range(tile_rows):
+        for tx in range(tw):
+            k = ty * tw + tx
+            for cb in range(blocks):
+                src = p0 + (k * band.shape[2] + cb * LANES) * 4
+                dst = b0 + ((m * ty * band.shape[1] + m * tx) * band.shape[2] + cb * LANES) * 4
+                # Across each row of the product tile into tmp[i, j], then down each column.
+                for i in range(a):
+                    if m == 4:
+                        _AT6(src + a * i * plane, plane, t0 + i * m * _VB, _VB)
+                    else:
+                        _AT4(src + a * i * plane, plane, t0 + i * m * _VB, _VB)
+                for j in range(m):
+                    if m == 4:
+                        _AT6(t0 + j * _VB, m * _VB, dst + j * band.shape[2] * 4, row)
+                    else:
+                        _AT4(t0 + j * _VB, m * _VB, dst + j * band.shape[2] * 4, row)
+
+
+# -- the whole convolution ---------------------------------------------------------------
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
+                  top: int, left: int, oh: int, ow: int, th: int, tw: int, chunk_rows: int,
+                  nthreads: int, band: np.ndarray, v: np.ndarray, prod: np.ndarray,
+                  out: np.ndarray, tmp: np.ndarray, edge: np.ndarray, acc: np.ndarray,
+                  code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
+                  vecs: np.ndarray, scratch: np.ndarray) -> None:
+    """x (n, c, h, w), up (S, packed c × M) the transformed filters, y (n·M, oh·ow). Per
+    thread, channels padded to whole vectors (cv, mv): band (m·rows + 2, m·tw + 2, cv),
+    v (S·plane) and prod (S·plane) the product matrices (tiles × cv, tiles × mv), out
+    (m·rows, m·tw, mv), tmp (a·a·16), edge (MR·NR) and acc (16, m·rows·ow) staging 16
+    output channels for the epilogue."""
+    n, c = x.shape[0], x.shape[1]
+    s_count, mo = up.shape[0], bias.shape[0]
+    cv, mv = band.shape[3], out.shape[3]
+    plane_v, plane_p = v.shape[1] // s_count, prod.shape[1] // s_count
+    per_image = -(-th // chunk_rows)
+    tasks = n * per_image
+    per = -(-tasks // nthreads)
+    for t in prange(nthreads):
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            img = task // per_image
+            ty0 = task % per_image * chunk_rows
+            rows = min(chunk_rows, th - ty0)
+            tiles = rows * tw
+            _load_band(x[img], band[t], m * ty0 - top, m * rows + 2, left)
+            _input_tiles(band[t], v[t], plane_v, tmp[t], m, rows, tw)
+            # Whole panels and strips: the planes have room and U is zero-padded, so no
+            # ragged edges to patch up.
+            for s in range(s_count):
+                gemm_rows(-(-tiles // MR) * MR, -(-mo // NR) * NR, c,
+                          v[t].ctypes.data + s * plane_v * 4, cv, up[s], prod[t], s * plane_p,
+                          mv, edge[t])
+            _output_tiles(prod[t], plane_p, out[t], tmp[t], m, rows, tw)
+            _write_out(out[t], bias, y, img, m * ty0, min(oh, m * (ty0 + rows)), ow,
+                       acc[t], code, prm, full0, full1, vecs, scratch[t])
+
+
+@njit(inline="always", error_model="numpy")
+def _write_out(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, r0: int, r1: int,
+               ow: int, acc: np.ndarray, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
+               full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
+    """Output rows r0:r1 of image img from the channel-last band out (rows, cols, ≥ M), plus
+    bias, in NCHW — through the epilogue (16 channels staged in acc at a time) if any."""
+    mo = bias.shape[0]
+    mv = out.shape[2]
+    p = y.shape[1]
+    size = (r1 - r0) * ow
+    epilogue = code.shape[0] > 0
+    blocks, cols = mo // LANES * LANES, ow // LANES * LANES
+    for cb in range(0, blocks, LANES):
+        for r in range(r1 - r0):
+            for col in range(0, cols, LANES):
+                src = out.ctypes.data + ((r * out.shape[1] + col) * mv + cb) * 4
+                if epilogue:
+                    transpose16(src, mv * 4, acc.ctypes.data + (r * ow + col) * 4,
+                                acc.shape[1] * 4, bias.ctypes.data + cb * 4)
+                else:
+                    transpose16(src, mv * 4,
+                                y.ctypes.data + ((img * mo + cb) * p + (r0 + r) * ow + col) * 4,
+                                p * 4, bias.ctypes.data + cb * 4)
+            for j in range(LANES):  # the columns past the last whole block
+                dst = acc[j] if epilogue else y[img * mo + cb + j, r0 * ow:]
+                for col in range(cols, ow):
+                    dst[r * ow + col] = out[r, col, cb + j] + bias[cb + j]
+        if epilogue:
+            for j in range(LANES):
+                run_epilogue(acc[j, :size], y, img * mo + cb + j, r0 * ow, code, prm, full0,
+                             full1, vecs, scratch)
+    for ch in range(blocks, mo):  # the channels past the last whole block
+        dst = acc[0, :size] if epilogue else y[img * mo + ch, r0 * ow:r1 * ow]
+        b = bias[ch]
+        for r in range(r1 - r0):
+            src = out[r]
+            for col in range(ow):
+                dst[r * ow + col] = src[col, ch] + b
+        if epilogue:
+            run_epilogue(dst, y, img * mo + ch, r0 * ow, code, prm, full0, full1, vecs, scratch)
+
+
+def filter_transform(w: np.ndarray, g: np.ndarray, up: np.ndarray) -> None:
+    """up[i·a + j] = the packed (c × M) matrix of (G w[o, c] Gᵀ)[i, j], computed in float64
+    and rounded once."""
+    a = g.shape[0]
+    mo, c = w.shape[:2]
+    g2 = np.einsum("ik,jl->ijkl", g, g).reshape(a * a, 9)
+    u = g2 @ w.reshape(mo * c, 9).astype(np.float64).T
+    ut = np.ascontiguousarray(u.reshape(a * a, mo, c).transpose(0, 2, 1), np.float32)
+    pack_filters(ut, up)
+
+
+@njit(cache=True)
+def pack_filters(ut: np.ndarray, up: np.ndarray) -> None:
+    s_count, c, mo = ut.shape
+    for s in range(s_count):
+        pack_b(ut[s].reshape(-1), mo, c, mo, up[s])
+
+
+# -- tactic ------------------------------------------------------------------------------
+
+def applies(spec: LayerSpec) -> bool:
+    g = conv2d(spec)
+    return (g is not None and g.kh == g.kw == 3 and g.sh == g.sw == 1
+            and g.dh == g.dw == 1 and g.group == 1)
+
+
+def chunk_rows(th: int, tw: int, images: int, nthreads: int) -> int:
+    """Tile rows per chunk: at most about CHUNK_TILES tiles, in even chunks whose number
+    (over all images) is a multiple of the threads where the rows allow — a fork-join
+    region lasts as long as its busiest thread (7 tile rows as 6 + 1 took 6/7 of the
+    time of one thread, as 4 + 3 it takes 4/7)."""
+    count = -(-th // max(1, -(-CHUNK_TILES // tw)))
+    while (images * count) % nthreads and count < th:
+        count += 1
+    return -(-th // count)
+
+
+def vectors(channels: int) -> int:
+    """Channels rounded up to whole vectors (the padding stays zero, or is never read)."""
+    return -(-channels // LANES) * LANES
+
+
+def plane(tiles: int, channels: int) -> int:
+    """Floats per product matrix: whole MR panels of tiles (the GEMM reads them), and an
+    odd number of cache lines, so that the S matrices a tile transform reads or writes at
+    once fall into different cache sets (4 KiB-aligned matrices made the transforms 7×
+    slower at 64 channels and 80 tiles)."""
+    lines = -(-tiles // MR) * MR * channels // LANES
+    return LANES * (lines + 1 - lines % 2)
+
+
+def _maker(m: int):  # type: ignore[no-untyped-def]
+    gmat = _G4 if m == 4 else _G2
+    s = (m + 2) ** 2
+
+    def make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+        th, tw = -(-geo.oh // m), -(-geo.ow // m)
+        rows = chunk_rows(th, tw, geo.n, nthreads)
+        up = np.zeros((s, packed_b_size(geo.c, geo.m)), np.float32)
+        cv, mv = vectors(geo.c), -(-geo.m // NR) * NR
+        band = np.zeros((nthreads, m * rows + 2, m * tw + 2, cv), np.float32)
+        v = np.zeros((nthreads, s * plane(rows * tw, cv)), np.float32)
+        prod = np.zeros((nthreads, s * plane(rows * tw, mv)), np.float32)
+        edge = np.zeros((nthreads, MR * NR), np.float32)
+        out = np.zeros((nthreads, m * rows, m * tw, mv), np.float32)
+        tmp = np.zeros((nthreads, s * LANES), np.float32)
+        acc = np.zeros((nthreads, LANES, m * rows * geo.ow), np.float32)
+        args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, m * rows * geo.ow)
+        zeros = np.zeros(geo.m, np.float32)
+        code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+        filters = Derived(lambda w: filter_transform(w, gmat, up))
+
+        def prepare(inputs: Sequence[np.ndarray | None],
+                    outputs: Sequence[np.ndarray]) -> Thunk:
+            x, w = inputs[0], inputs[1]
+            assert x is not None and w is not None
+            full0, full1 = args.fulls(inputs)
+            call = partial(winograd_conv, x, up, bias_of(inputs, geo, zeros),
+                           out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
+                           geo.left, geo.oh, geo.ow, th, tw, rows, nthreads, band, v, prod, out,
+                           tmp, edge, acc, code, prm, full0, full1, vecs, scratch)
+            return filters.before(w, with_registers(call, args, inputs))
+
+        return runner(prepare)
+
+    return make
+
+
+_make4, _make2 = _maker(4), _maker(2)
+
+
+@tactic("Conv", "winograd4", applies=applies, native_epilogue=native_epilogue, priority=20)
+def bind_winograd4(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make4)
+
+
+@tactic("Conv", "winograd2", applies=applies, native_epilogue=native_epilogue, priority=15)
+def bind_winograd2(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make2)
