@@ -1,9 +1,12 @@
-"""Fast Conv tactics for the CPU backend (numba + single-threaded BLAS per thread).
+"""Fast Conv tactics for the CPU backend: numba kernels in one thread pool
+(pydla.backends.cpu.threads), each running the layer's pointwise epilogue in its output loop.
 
-Each module registers one tactic: ``gemm1x1`` (1×1 stride 1), ``depthwise``, ``winograd4`` /
-``winograd2`` (3×3 stride 1) and ``im2col`` (any 2-D convolution). They run the layer's
-pointwise epilogue in their output loop (``epilogue``) and share one thread pool
-(``pydla.backends.cpu.threads``).
+Tactics (one module each): ``gemm1x1`` (1×1, any stride), ``depthwise``, ``winograd4`` /
+``winograd2`` (3×3 stride 1) and ``im2col`` (any 2-D convolution, as an implicit GEMM).
+Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
+``epilogue`` (compiled pointwise programs), ``gemm`` (packed AVX-512-class GEMM),
+``simd`` (16-lane vector intrinsics), ``phases`` (strided input as shifted rows) and
+``blas`` (numpy's own cblas_sgemm for numba code, used by other kernels).
 """
 
 from pydla.backends.cpu.kernels.conv_fast import depthwise, gemm1x1, im2col, winograd  # noqa: F401

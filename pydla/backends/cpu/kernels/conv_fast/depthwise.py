@@ -19,22 +19,21 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Thunk,
+    bias_of,
+    bind_conv,
+    out_rows,
+    runner,
+    with_registers,
+)
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
     native_epilogue,
     run_epilogue,
 )
-from pydla.backends.cpu.kernels.conv_fast.geometry import (
-    Conv2d,
-    Thunk,
-    bias_of,
-    bind_conv,
-    conv2d,
-    out_rows,
-    runner,
-    with_registers,
-)
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split
 from pydla.backends.cpu.registry import tactic
 

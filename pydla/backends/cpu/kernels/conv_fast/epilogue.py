@@ -43,9 +43,9 @@ _LOG2E, _LN2_HI, _LN2_LO = np.float32(1.44269504088896341), np.float32(0.6933593
     np.float32(-2.12194440e-4)
 _P0, _P1, _P2 = np.float32(1.9875691500e-4), np.float32(1.3981999507e-3), \
     np.float32(8.3334519073e-3)
-_BIAS, _MANTISSA = np.float32(127), np.float32(1 << 23)
 _P3, _P4, _P5 = np.float32(4.1665795894e-2), np.float32(1.6666665459e-1), \
     np.float32(5.0000001201e-1)
+_BIAS, _MANTISSA = np.float32(127), np.float32(1 << 23)  # float32 exponent bias, 2^23
 
 
 @intrinsic

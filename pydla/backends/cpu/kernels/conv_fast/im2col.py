@@ -19,6 +19,15 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    out_rows,
+    runner,
+    with_registers,
+)
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
@@ -33,17 +42,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     packed_a_size,
     packed_b_size,
 )
-from pydla.backends.cpu.kernels.conv_fast.geometry import (
-    Conv2d,
-    Derived,
-    Thunk,
-    bias_of,
-    bind_conv,
-    conv2d,
-    out_rows,
-    runner,
-    with_registers,
-)
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
 from pydla.backends.cpu.registry import tactic
 

@@ -27,6 +27,15 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    out_rows,
+    runner,
+    with_registers,
+)
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
@@ -40,17 +49,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     pack_b,
     packed_b_size,
 )
-from pydla.backends.cpu.kernels.conv_fast.geometry import (
-    Conv2d,
-    Derived,
-    Thunk,
-    bias_of,
-    bind_conv,
-    conv2d,
-    out_rows,
-    runner,
-    with_registers,
-)
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16
 from pydla.backends.cpu.registry import tactic
 
