@@ -150,9 +150,13 @@ class DlaDevice:
                 raise UnsupportedOperationError(
                     f"device handle {self.handle:#x} already loaded a module; cuDLA allows "
                     "one module per device handle, loaded once")
-            self.module = DlaModule(self, LoadedModule(data), flags)
+            self.module = DlaModule(self, self._open_module(data), flags)
             self._loaded_once = True
             return self.module
+
+    def _open_module(self, data: bytes) -> LoadedModule:
+        """Validate and bind a loadable for this device (other devices bind other backends)."""
+        return LoadedModule(data)
 
     def unload(self, module: DlaModule, flags: int) -> None:
         if flags != 0:

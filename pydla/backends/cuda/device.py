@@ -21,7 +21,6 @@ from pydla.backends.cuda.backend import CudaBackend, CudaProgram
 from pydla.backends.cuda.driver import CudaError, device_count, device_range
 from pydla.engine.device import (
     DIAGNOSTICS_TASK,
-    ENABLE_FAULT_DIAGNOSTICS,
     MODULES,
     NOOP,
     READ_ONLY,
@@ -120,27 +119,16 @@ class CudaDlaDevice(DlaDevice):
         return ptr
 
     # -- modules ---------------------------------------------------------------------------
-    def load(self, data: bytes, flags: int) -> DlaModule:
-        if flags not in (0, ENABLE_FAULT_DIAGNOSTICS):
-            raise InvalidParamError(f"module load flags must be 0 or 1, not {flags}")
-        with self.lock:
-            self._check_alive()
-            if self.module is not None or self._loaded_once:
+    def _open_module(self, data: bytes) -> LoadedModule:
+        loaded = LoadedModule(data, CudaBackend(device=self.index, instrument=True))
+        for io in (*loaded.program.inputs, *loaded.program.outputs):
+            t = loaded.program.tensors[io.tensor]
+            if io.format != "chw" or io.dtype is not t.dtype:
                 raise UnsupportedOperationError(
-                    f"device handle {self.handle:#x} already loaded a module; cuDLA allows "
-                    "one module per device handle, loaded once")
-            loaded = LoadedModule(data, CudaBackend(device=self.index, instrument=True))
-            for io in (*loaded.program.inputs, *loaded.program.outputs):
-                t = loaded.program.tensors[io.tensor]
-                if io.format != "chw" or io.dtype is not t.dtype:
-                    raise UnsupportedOperationError(
-                        f"tensor {t.name!r}: the CUDA device takes linear I/O in the tensor's "
-                        f"own type (chw, {t.dtype.name.lower()}), not {io.format}/"
-                        f"{io.dtype.name.lower()}")
-            module = DlaModule(self, loaded, flags)
-            self.module = module
-            self._loaded_once = True
-            return module
+                    f"tensor {t.name!r}: the CUDA device takes linear I/O in the tensor's "
+                    f"own type (chw, {t.dtype.name.lower()}), not {io.format}/"
+                    f"{io.dtype.name.lower()}")
+        return loaded
 
     def unload(self, module: DlaModule, flags: int) -> None:
         if flags != 0:

@@ -30,7 +30,7 @@ class _AxisPlan:
     outside: np.ndarray | None   # (out, 1, …): positions that take extrapolation_value
 
 
-def _source_coords(mode: str, n_out: int, n_in: int, scale: float, start: float,
+def source_coords(mode: str, n_out: int, n_in: int, scale: float, start: float,
                    end: float) -> np.ndarray:
     """Each output position's coordinate in the input (coordinate_transformation_mode).
 
@@ -67,7 +67,7 @@ def _source_coords(mode: str, n_out: int, n_in: int, scale: float, start: float,
     return x.astype(np.float64)
 
 
-def _nearest_index(x: np.ndarray, rule: str, scale: float) -> np.ndarray:
+def nearest_index(x: np.ndarray, rule: str, scale: float) -> np.ndarray:
     if rule == "round_prefer_floor":
         i = np.ceil(x - 0.5)
     elif rule == "round_prefer_ceil":
@@ -91,7 +91,7 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
-def _filter_weights(x: np.ndarray, mode: str, scale: float, attrs: dict,
+def filter_weights(x: np.ndarray, mode: str, scale: float, attrs: dict,
                     n_in: int) -> tuple[np.ndarray, np.ndarray]:
     """Taps (unclamped source indices) and weights of linear/cubic interpolation at x,
     both (taps, out).
@@ -126,7 +126,7 @@ def _axis_plan(axis: int, n_in: int, n_out: int, rank: int, attrs: dict,
     coord = attrs["coordinate_transformation_mode"]
     scale = float(attrs["scales"][axis])
     start, end = float(attrs["roi"][axis]), float(attrs["roi"][rank + axis])
-    x = _source_coords(coord, n_out, n_in, scale, start, end)
+    x = source_coords(coord, n_out, n_in, scale, start, end)
     outside = None
     if coord == "tf_crop_and_resize":
         out_of_range = (x < 0) | (x > n_in - 1)
@@ -143,9 +143,9 @@ def _axis_plan(axis: int, n_in: int, n_out: int, rank: int, attrs: dict,
     shape = (n_out,) + (1,) * (rank - axis - 1)  # broadcasts along the axis
     weights = None
     if mode == "nearest":
-        index = _nearest_index(x, attrs["nearest_mode"], scale)[None, :]
+        index = nearest_index(x, attrs["nearest_mode"], scale)[None, :]
     else:
-        index, w = _filter_weights(x, mode, scale, attrs, n_in)
+        index, w = filter_weights(x, mode, scale, attrs, n_in)
         weights = w.astype(dtype).reshape((len(w),) + shape)
     return _AxisPlan(axis, np.clip(index, 0, n_in - 1).astype(np.intp), weights,
                      None if outside is None else outside.reshape(shape))

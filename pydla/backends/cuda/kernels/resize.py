@@ -13,58 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from pydla.backends.cpu.kernels.resize import filter_weights, nearest_index, source_coords
 from pydla.backends.cuda.codegen import c_type, decompose, defines, offset
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.registry import Candidate, kernel
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
-
-
-def source_coords(mode: str, n_out: int, n_in: int, scale: float) -> np.ndarray:
-    """Each output position's coordinate in the input (float32 arithmetic)."""
-    f = np.float32
-    y = np.arange(n_out, dtype=np.float32)
-    s, length = f(scale), f(n_in)
-    width = s * length
-    if mode == "asymmetric":
-        x = y / s
-    elif mode == "half_pixel" or (mode == "pytorch_half_pixel" and n_out > 1):
-        x = (y + f(0.5)) / s - f(0.5)
-    elif mode == "pytorch_half_pixel":
-        x = np.zeros(n_out, np.float32)
-    elif mode == "half_pixel_symmetric":
-        off = length / f(2) * (f(1) - f(n_out) / width)
-        x = (off + (y.astype(np.float64) + 0.5) / float(s) - 0.5).astype(np.float32)
-    elif mode == "tf_half_pixel_for_nn":
-        x = (y + f(0.5)) / s
-    elif mode == "align_corners":
-        x = y * (length - f(1)) / (width - f(1)) if width != 1 else np.zeros(n_out, np.float32)
-    else:
-        raise ValueError(f"coordinate_transformation_mode {mode!r} is not supported on CUDA")
-    return x.astype(np.float64)
-
-
-def _nearest(x: np.ndarray, rule: str, scale: float) -> np.ndarray:
-    if rule == "round_prefer_floor":
-        i = np.ceil(x - 0.5)
-    elif rule == "round_prefer_ceil":
-        i = np.floor(x + 0.5)
-    elif rule == "floor":
-        i = np.floor(x)
-    elif rule == "ceil":
-        i = np.ceil(x)
-    elif rule == "simple":
-        i = np.ceil(x) if scale < 1 else np.trunc(x)
-    else:
-        raise ValueError(f"unknown nearest_mode {rule!r}")
-    return i.astype(np.int64)
-
-
-def _cubic(t: np.ndarray, a: float) -> np.ndarray:
-    t = np.abs(t)
-    near = ((a + 2) * t - (a + 3)) * t * t + 1
-    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
-    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
 def axis_table(n_in: int, n_out: int, scale: float, attrs: dict[str, Any]
@@ -74,30 +28,19 @@ def axis_table(n_in: int, n_out: int, scale: float, attrs: dict[str, Any]
     coord = attrs.get("coordinate_transformation_mode", "half_pixel")
     if n_out == n_in and scale == 1:  # left alone whatever the coordinate mode
         return np.arange(n_out, dtype=np.int32)[None], np.ones((1, n_out), np.float32)
-    x = source_coords(coord, n_out, n_in, scale)
+    if coord == "tf_crop_and_resize":
+        raise ValueError("coordinate_transformation_mode tf_crop_and_resize is not supported "
+                         "on CUDA")
+    # The coordinate and filter rules are the CPU backend's, so both devices agree.
+    x = source_coords(coord, n_out, n_in, scale, 0.0, 1.0)
     if mode == "nearest":
-        index = _nearest(x, attrs.get("nearest_mode", "round_prefer_floor"), scale)[None]
+        index = nearest_index(x, attrs.get("nearest_mode", "round_prefer_floor"), scale)[None]
         weights = np.ones((1, n_out))
     elif mode in ("linear", "cubic"):
-        antialias = bool(attrs.get("antialias", 0))
-        s = min(scale, 1.0) if antialias else 1.0
-        support = 1.0 if mode == "linear" else 2.0
-        first = int(np.floor(-support / s) + 1)
-        offsets = np.arange(first, 2 - first)
-        base = np.floor(x)
-        taps = base.astype(np.int64)[:, None] + offsets[None, :]
-        dist = (offsets[None, :] - (x - base)[:, None]) * s
-        if mode == "linear":
-            w = np.clip(1 - np.abs(dist), 0, 1)
-        else:
-            w = _cubic(dist, float(attrs.get("cubic_coeff_a", -0.75)))
-        if antialias:
-            w = w / w.sum(axis=1, keepdims=True)
-        if attrs.get("exclude_outside", 0):
-            w = np.where((taps < 0) | (taps >= n_in), 0.0, w)
-            total = w.sum(axis=1, keepdims=True)
-            w = w / np.where(total == 0, 1.0, total)
-        index, weights = taps.T, w.T
+        index, weights = filter_weights(x, mode, scale, {
+            "antialias": attrs.get("antialias", 0),
+            "cubic_coeff_a": attrs.get("cubic_coeff_a", -0.75),
+            "exclude_outside": attrs.get("exclude_outside", 0)}, n_in)
     else:
         raise ValueError(f"mode {mode!r} is not supported")
     return (np.clip(index, 0, max(n_in - 1, 0)).astype(np.int32),
