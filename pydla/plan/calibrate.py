@@ -6,11 +6,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.dtypes import to_compute
 from pydla.errors import BuildError
 from pydla.ir import Graph
+from pydla.plan.tactics import layer_spec
 
 
 def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
@@ -26,10 +26,7 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndar
                              f"is built for {v.shape}")
         values[id(v)] = x.astype(v.dtype.np, copy=False)
     for node in graph.nodes:
-        spec = LayerSpec(node.name, node.op, node.attrs,
-                         tuple(None if v is None else TensorSpec(v.shape, v.dtype)
-                               for v in node.inputs),
-                         tuple(TensorSpec(v.shape, v.dtype) for v in node.outputs))
+        spec = layer_spec(node)
         ins = [None if v is None else (v.const if v.is_const else values[id(v)])
                for v in node.inputs]
         outs = [np.empty(v.shape, v.dtype.np) for v in node.outputs]

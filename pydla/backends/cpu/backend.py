@@ -148,7 +148,6 @@ class CpuProgram:
         self.thunks = [prebind(run, ins, outs) for run, ins, outs in self.steps]
         self.input_views = [self.views[io.tensor] for io in program.inputs]
         self.output_views = [self.views[io.tensor] for io in program.outputs]
-        self.layer_times: list[tuple[int, int]] | None = None
 
     def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                 on_layer: LayerHook | None = None) -> None:
