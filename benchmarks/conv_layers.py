@@ -89,6 +89,16 @@ LAYERS = [
     Layer("r50 1x1/2 256->512 @56", (1, 256, 56, 56), (512, 256, 1, 1), 2, 0),
     Layer("r50 1x1 1024->256 @14", (1, 1024, 14, 14), (256, 1024, 1, 1)),
     Layer("r50 1x1 2048->512 @7", (1, 2048, 7, 7), (512, 2048, 1, 1)),
+    # MobileNetV2 / V3-small depthwise and stem layers.
+    Layer("mnv2 stem 3x3/2 3->32 @224", (1, 3, 224, 224), (32, 3, 3, 3), 2, 1),
+    Layer("mnv2 dw3x3/2 96 @112", (1, 96, 112, 112), (96, 1, 3, 3), 2, 1, 96),
+    Layer("mnv2 dw3x3 32 @112", (1, 32, 112, 112), (32, 1, 3, 3), 1, 1, 32),
+    Layer("mnv2 dw3x3 144 @56", (1, 144, 56, 56), (144, 1, 3, 3), 1, 1, 144),
+    Layer("mnv2 dw3x3 576 @14", (1, 576, 14, 14), (576, 1, 3, 3), 1, 1, 576),
+    Layer("mnv2 dw3x3 960 @7", (1, 960, 7, 7), (960, 1, 3, 3), 1, 1, 960),
+    Layer("mnv3 dw5x5 576 @7", (1, 576, 7, 7), (576, 1, 5, 5), 1, 2, 576),
+    Layer("mnv3 dw5x5 240 @14", (1, 240, 14, 14), (240, 1, 5, 5), 1, 2, 240),
+    Layer("mnv3 dw5x5/2 96 @28", (1, 96, 28, 28), (96, 1, 5, 5), 2, 2, 96),
 ]
 QUICK = LAYERS[:4]
 
@@ -268,6 +278,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="the performance-note layers only")
     parser.add_argument("--no-resnet", action="store_true", help="skip ResNet-50")
+    parser.add_argument("--match", default="", help="only the layers whose name contains this")
     parser.add_argument("--seconds", type=float, default=1.5, help="time per engine per layer")
     parser.add_argument("--patience", type=float, default=300.0,
                         help="seconds to wait per measurement for other processes to finish")
@@ -279,7 +290,7 @@ def main() -> None:
     rows = []
     print(f"{'layer':28} {'ort':>8} {'ort/4ch':>8} {'pydla':>8} {'tactic':>10} {'ratio':>6}"
           f" {'GF/s':>6}")
-    for layer in QUICK if args.quick else LAYERS:
+    for layer in [x for x in (QUICK if args.quick else LAYERS) if args.match in x.name]:
         row, probe = quiet_run(lambda layer=layer: bench_layer(layer, args.seconds),
                                args.patience)
         row["load_probe_ms"] = probe
@@ -287,7 +298,9 @@ def main() -> None:
         ms = row["ms"]
         chain = f"{ms['ort_chain4']:8.3f}" if "ort_chain4" in ms else f"{'-':>8}"
         print(f"{layer.name:28} {ms['ort']:8.3f} {chain} {row['best_ms']:8.3f} "
-              f"{row['best']:>10} {row['ratio']:6.2f} {row['gflops']:6.0f}", flush=True)
+              f"{row['best']:>10} {row['ratio']:6.2f} {row['gflops']:6.0f}  "
+              + " ".join(f"{k}={v:.3f}" for k, v in ms.items() if not k.startswith("ort")),
+              flush=True)
     ratios = [r["ratio"] for r in rows]
     geomean = float(np.exp(np.mean(np.log(ratios))))
     print(f"geometric mean ratio pydla/onnxruntime over {len(rows)} layers: {geomean:.3f}")

@@ -32,7 +32,7 @@ from pydla.plan.lower import lower
 from tests.oracle import make_model, model_tolerance_ok, run_ort
 
 RNG = np.random.default_rng(5)
-FAST = ("gemm1x1", "depthwise", "winograd4", "winograd2", "im2col")
+FAST = ("gemm1x1", "depthwise", "depthwise_c16", "winograd4", "winograd2", "im2col")
 
 
 def _tol(tactic: str) -> float:
@@ -182,9 +182,9 @@ def test_depthwise(k: Sequence[int], strides: Sequence[int], pads: Sequence[int]
                    dilations: Sequence[int]) -> None:
     for n in (1, 4):
         c = 24
-        expected = {"depthwise", "im2col"}
+        expected = {"depthwise", "depthwise_c16", "im2col"}
         if tuple(k) == (1, 1) and tuple(strides) == (1, 1):
-            expected = {"depthwise", "im2col"}  # group > 1: not a plain GEMM
+            expected = {"depthwise", "depthwise_c16", "im2col"}  # group > 1: not a plain GEMM
         _check_all(_rand(n, c, 17, 16), _rand(c, 1, *k), _rand(c),
                    _attrs(strides, pads, dilations, group=c), expected)
 
@@ -196,7 +196,7 @@ def test_no_bias() -> None:
         _check_all(_rand(1, 16, 10, 10), _rand(8, 16, *k), None, _attrs(pads=[pad] * 4),
                    expected)
     _check_all(_rand(1, 16, 10, 10), _rand(16, 1, 3, 3), None,
-               _attrs(pads=(1, 1, 1, 1), group=16), {"depthwise", "im2col"})
+               _attrs(pads=(1, 1, 1, 1), group=16), {"depthwise", "depthwise_c16", "im2col"})
 
 
 def test_resnet_shapes() -> None:
@@ -218,7 +218,7 @@ def test_resnet_shapes() -> None:
 
 @pytest.mark.parametrize("tactic,k,group", [("gemm1x1", 1, 1), ("winograd4", 3, 1),
                                             ("winograd2", 3, 1), ("im2col", 3, 1),
-                                            ("depthwise", 3, 8)])
+                                            ("depthwise", 3, 8), ("depthwise_c16", 3, 8)])
 def test_fp16_layer(tactic: str, k: int, group: int) -> None:
     x = _rand(2, 8, 10, 10, dtype=np.float16)
     w = (_rand(16 if group == 1 else 8, 8 // group, k, k) * 0.3).astype(np.float16)
@@ -281,6 +281,8 @@ EPILOGUES: list[tuple[str, list[dict[str, Any]], list[Any]]] = [
 LAYERS = {  # tactic -> (x shape, w shape, attrs)
     "gemm1x1": ((2, 16, 9, 9), (24, 16, 1, 1), _attrs()),
     "depthwise": ((2, 16, 9, 9), (16, 1, 3, 3), _attrs(pads=(1, 1, 1, 1), group=16)),
+    # 20 channels: one full block of 16 and a partial one
+    "depthwise_c16": ((2, 20, 9, 9), (20, 1, 3, 3), _attrs((2, 2), (1, 1, 1, 1), group=20)),
     "winograd4": ((2, 16, 9, 9), (24, 16, 3, 3), _attrs(pads=(1, 1, 1, 1))),
     "winograd2": ((2, 16, 9, 9), (24, 16, 3, 3), _attrs(pads=(1, 1, 1, 1))),
     "im2col": ((2, 16, 9, 9), (24, 8, 3, 3), _attrs((2, 2), (1, 1, 1, 1), group=2)),
@@ -447,6 +449,8 @@ ORT_MODELS = {  # tactic -> (x shape, w shape, Conv attributes, activation)
     "gemm1x1": ((1, 32, 12, 12), (48, 32, 1, 1), {"strides": [2, 2]}, "Relu"),
     "depthwise": ((2, 24, 13, 13), (24, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2],
                                                    "group": 24}, "HardSwish"),
+    "depthwise_c16": ((2, 40, 7, 7), (40, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 40},
+                      "HardSwish"),
     "winograd4": ((1, 32, 14, 14), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "Sigmoid"),
     "winograd2": ((4, 16, 10, 10), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "LeakyRelu"),
     "im2col": ((1, 8, 15, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2],

@@ -9,4 +9,10 @@ Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
 ``blas`` (numpy's own cblas_sgemm for numba code, used by other kernels).
 """
 
-from pydla.backends.cpu.kernels.conv_fast import depthwise, gemm1x1, im2col, winograd  # noqa: F401
+from pydla.backends.cpu.kernels.conv_fast import (  # noqa: F401
+    depthwise,
+    depthwise_c16,
+    gemm1x1,
+    im2col,
+    winograd,
+)

@@ -26,7 +26,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
-KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
+KC, MC = 512, 144  # K slice (B strip 64 KiB, L1-and-a-half) and M block (A block 288 KiB)
 _LANES = 16
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, _LANES)

@@ -111,6 +111,7 @@ def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias:
     epilogue = code.shape[0] > 0
     for t in prange(nthreads):
         u, end = t * units // nthreads, (t + 1) * units // nthreads
+        packed = (-1, -1, -1)  # (image·group + g, first strip, end strip) in bp[t]
         while u < end:
             s0 = u % strips
             rest = u // strips
@@ -119,7 +120,10 @@ def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias:
             u += s1 - s0
             g0, g1 = s0 * NR, min(grid, s1 * NR)
             m0, m1 = mi * mblock, min(mg, (mi + 1) * mblock)
-            _pack_columns(flat, (img * group + g) * group_stride, offsets, g0, g1 - g0, bp[t])
+            if packed != (img * group + g, s0, s1):  # channel blocks share a chunk
+                _pack_columns(flat, (img * group + g) * group_stride, offsets, g0, g1 - g0,
+                              bp[t])
+                packed = (img * group + g, s0, s1)
             blk = acc[t]
             for ms in range(m0, m1, msub):  # channel sub-blocks: the staging stays in L2
                 me = min(m1, ms + msub)

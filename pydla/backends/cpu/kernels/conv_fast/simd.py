@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 LANES = 16
@@ -120,3 +121,59 @@ def transpose16(typingctx, src, src_step, dst, dst_step, bias):  # type: ignore[
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def tap_sum(pixels: int) -> Callable[..., None]:
+    """An intrinsic ``(src, pixel_step, offsets, weights, taps, bias, dst)`` (int64 byte
+    addresses and strides; ``offsets`` the address of ``taps`` int64 byte offsets):
+    for p < pixels, the vector at dst + 64·p = bias + Σ_t weights[t] · src[p·pixel_step +
+    offsets[t]], each operand a vector of 16 channels, accumulated in registers over the
+    taps — one output pixel of a depthwise convolution on 16 channels per accumulator."""
+
+    @intrinsic
+    def apply(typingctx, src, step, offsets, weights, taps, bias, dst):  # type: ignore[no-untyped-def]
+        sig = types.void(*([types.int64] * 7))
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            s, st, offs, w, n, b, d = args
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
+
+            def vec(addr):  # type: ignore[no-untyped-def]
+                return builder.inttoptr(addr, _VEC.as_pointer())
+
+            bases = [builder.add(s, builder.mul(st, ir.Constant(_I64, p)))
+                     for p in range(pixels)]
+            start = builder.load(vec(b), align=4)
+            entry = builder.block
+            fn = builder.function
+            loop = fn.append_basic_block("taps.loop")
+            done = fn.append_basic_block("taps.done")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            t = builder.phi(_I64)
+            t.add_incoming(ir.Constant(_I64, 0), entry)
+            accs = []
+            for _ in range(pixels):
+                phi = builder.phi(_VEC)
+                phi.add_incoming(start, entry)
+                accs.append(phi)
+            off = builder.load(builder.inttoptr(
+                builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))), _I64.as_pointer()))
+            wv = builder.load(vec(builder.add(w, builder.mul(t, ir.Constant(_I64, 64)))),
+                              align=4)
+            new = [builder.call(fma, [wv, builder.load(vec(builder.add(base, off)), align=4),
+                                      acc]) for base, acc in zip(bases, accs)]
+            nxt = builder.add(t, ir.Constant(_I64, 1))
+            t.add_incoming(nxt, loop)
+            for phi, value in zip(accs, new):
+                phi.add_incoming(value, loop)
+            builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
+            builder.position_at_end(done)
+            for p, value in enumerate(new):
+                builder.store(value, vec(builder.add(d, ir.Constant(_I64, 64 * p))), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return apply

@@ -1,0 +1,242 @@
+"""Depthwise convolution on channel blocks of 16: the ``depthwise_c16`` tactic.
+
+The plane-at-a-time kernel (conv_fast.depthwise) vectorizes along a row, which pays on
+large planes; on the small planes of a network's late stages (7×7, 14×14) its border
+handling and short rows dominate, and a strided plane needs extra passes. Here 16
+channels are staged, band by band of output rows, into a zero-bordered (rows, cols, 16)
+block — channels innermost, as in onnxruntime's NCHWc — so every tap of every output
+pixel is one 16-lane multiply-add whatever the stride, dilation or plane size. The
+band is written back to NCHW rows, through the layer's epilogue while it is in cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    out_rows,
+    runner,
+    with_registers,
+)
+from pydla.backends.cpu.kernels.conv_fast.depthwise import applies
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    native_epilogue,
+    run_epilogue,
+)
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d
+from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum, transpose16
+from pydla.backends.cpu.registry import tactic
+
+L = 16  # channels per block: one AVX-512 vector of float32
+_STAGE_BYTES = 96 * 1024  # a band's staged input; with its output it stays in L2
+
+
+_sum4, _sum1 = tap_sum(4), tap_sum(1)
+
+
+@njit(inline="always", error_model="numpy")
+def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left: int,
+           st: np.ndarray, flat: np.ndarray) -> None:
+    """st[r, q, l] = x[img, c0 + l, iy0 + r, q - left], zero outside the image, transposed
+    16 pixels × 16 channels at a time: straight into the staged rows when they are whole
+    vectors wide,
+    else through ``flat`` (pixels, 16) — consecutive short rows as one run — then copied
+    row by row between the zero borders."""
+    h, w = x.shape[2], x.shape[3]
+    cols = st.shape[1]
+    a, b = max(0, iy0), min(h, iy0 + rows)  # input rows inside the image
+    width = min(w, cols - left)
+    if nl == L and width % L == 0:
+        # Rows of whole vectors: transposed straight into the staged rows.
+        sf = st.reshape(-1)
+        line = cols * L
+        for r in range(rows):
+            iy = iy0 + r
+            row = sf[r * line:(r + 1) * line]
+            if iy < a or iy >= b:
+                row[:] = 0
+                continue
+            row[:left * L] = 0
+            row[(left + width) * L:] = 0
+            src = x.ctypes.data + (((img * x.shape[1] + c0) * h + iy) * w) * 4
+            dst = st.ctypes.data + (r * line + left * L) * 4
+            for q in range(0, width, L):
+                transpose16(src + q * 4, h * w * 4, dst + q * L * 4, L * 4, 0)
+        return
+    n = max(0, b - a) * w
+    k = 0
+    if nl == L:
+        src = x.ctypes.data + (((img * x.shape[1] + c0) * h + a) * w) * 4
+        while k + L <= n:
+            transpose16(src + k * 4, h * w * 4, flat.ctypes.data + k * L * 4, L * 4, 0)
+            k += L
+    for lane in range(nl):
+        plane = x[img, c0 + lane].reshape(-1)
+        for p in range(k, n):
+            flat[p, lane] = plane[a * w + p]
+    sf, ff = st.reshape(-1), flat.reshape(-1)  # flat views: unit-stride copies
+    line = cols * L
+    for r in range(rows):
+        iy = iy0 + r
+        row = sf[r * line:(r + 1) * line]
+        if iy < a or iy >= b:
+            row[:] = 0
+            continue
+        row[:left * L] = 0
+        row[(left + width) * L:] = 0
+        src = ff[(iy - a) * w * L:((iy - a) * w + width) * L]
+        row[left * L:(left + width) * L] = src
+
+
+@njit(inline="always", error_model="numpy")
+def _taps(st: np.ndarray, wb: np.ndarray, bb: np.ndarray, offs: np.ndarray, ob: np.ndarray,
+          rows: int, ow: int, sh: int, sw: int) -> None:
+    """ob[r·ow + q, :] = bb + Σ_t wb[t, :] · st[r·sh, q·sw, :] shifted by tap t's offset."""
+    row_bytes = st.shape[1] * L * 4
+    step = sw * L * 4
+    w0, b0, o0, t = wb.ctypes.data, bb.ctypes.data, offs.ctypes.data, offs.shape[0]
+    for r in range(rows):
+        src = st.ctypes.data + r * sh * row_bytes
+        dst = ob.ctypes.data + r * ow * L * 4
+        q = 0
+        while q + 4 <= ow:
+            _sum4(src + q * step, step, o0, w0, t, b0, dst + q * L * 4)
+            q += 4
+        while q < ow:
+            _sum1(src + q * step, step, o0, w0, t, b0, dst + q * L * 4)
+            q += 1
+
+
+@njit(inline="always", error_model="numpy")
+def _unstage(ob: np.ndarray, nl: int, p: int, dst: np.ndarray, d0: int) -> None:
+    """dst[l, d0:d0 + p] = ob[:p, l] for l < nl (dst rows contiguous)."""
+    k = 0
+    if nl == L:
+        while k + L <= p:
+            transpose16(ob.ctypes.data + k * L * 4, L * 4,
+                        dst.ctypes.data + (d0 + k) * 4, dst.shape[1] * 4, 0)
+            k += L
+    for lane in range(nl):
+        out = dst[lane]
+        for j in range(k, p):
+            out[d0 + j] = ob[j, lane]
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
+                  y: np.ndarray, kh: int, sh: int, sw: int, dh: int, top: int, left: int,
+                  oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
+                  flat: np.ndarray, obuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
+                  prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+                  scratch: np.ndarray, local: bool) -> None:
+    """x (n, c, h, w); wp (blocks, taps, 16) and bp (blocks, 16) packed; offs the taps'
+    byte offsets in a staged band; y (n·c, oh·ow). Per thread: stage (rows, cols, 16),
+    flat (rows·w, 16), obuf (band·ow, 16), acc (band·ow·16). ``local``: the
+    epilogue reads no extra inputs."""
+    n, c = x.shape[0], x.shape[1]
+    blocks = wp.shape[0]
+    bands = -(-oh // band)
+    tasks = n * blocks * bands
+    per = -(-tasks // nthreads)
+    epilogue = code.shape[0] > 0
+    for t in prange(nthreads):
+        st, ob, a = stage[t], obuf[t], acc[t]
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            img = task // (blocks * bands)
+            blk = (task // bands) % blocks
+            r0 = (task % bands) * band
+            rows = min(oh, r0 + band) - r0
+            c0 = blk * L
+            nl = min(L, c - c0)
+            _stage(x, img, c0, nl, r0 * sh - top, (rows - 1) * sh + (kh - 1) * dh + 1, left,
+                   st, flat[t])
+            _taps(st, wp[blk], bp[blk], offs, ob, rows, ow, sh, sw)
+            p = rows * ow
+            row0 = img * c + c0
+            if not epilogue:
+                _unstage(ob, nl, p, y[row0:row0 + nl], r0 * ow)
+            elif local:
+                # No extra inputs: the program runs on the whole block in its layout.
+                run_epilogue(ob.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
+                             full0, full1, vecs, scratch[t])
+                _unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
+            else:
+                lanes = a.reshape(L, -1)
+                _unstage(ob, nl, p, lanes, 0)
+                for lane in range(nl):
+                    run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm, full0,
+                                 full1, vecs, scratch[t])
+
+
+def _band(geo: Conv2d, cols: int, nthreads: int) -> int:
+    """Output rows per band: the staged input within _STAGE_BYTES, and enough bands for
+    every thread to have work when there are few channel blocks."""
+    per_row = cols * L * 4 * geo.sh
+    band = max(1, (_STAGE_BYTES // per_row) - geo.kh)
+    blocks = geo.n * -(-geo.m // L)
+    if blocks < 2 * nthreads:
+        band = min(band, max(1, -(-geo.oh // -(-2 * nthreads // blocks))))
+    return min(band, geo.oh)
+
+
+def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+    cols = (geo.ow - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
+    band = _band(geo, cols, nthreads)
+    rows_in = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
+    blocks = -(-geo.m // L)
+    stage = np.zeros((nthreads, rows_in, cols, L), np.float32)
+    flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)
+    obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
+    acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
+    offs = np.array([(i * geo.dh * cols + j * geo.dw) * L * 4
+                     for i in range(geo.kh) for j in range(geo.kw)], np.int64)
+    wp = np.zeros((blocks, geo.kh * geo.kw, L), np.float32)
+    bp = np.zeros((blocks, L), np.float32)
+    local = not epi.full and not epi.vec
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, band * geo.ow * (L if local else 1))
+    zeros = np.zeros(geo.m, np.float32)
+    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+
+    def pack(w: np.ndarray) -> None:
+        flat = np.zeros((blocks * L, geo.kh * geo.kw), np.float32)
+        flat[:geo.m] = w.reshape(geo.m, -1)
+        wp[:] = flat.reshape(blocks, L, -1).transpose(0, 2, 1)
+
+    packed = Derived(pack)
+
+    def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        full0, full1 = args.fulls(inputs)
+        b = bias_of(inputs, geo, zeros)
+        bp.reshape(-1)[:geo.m] = b
+        call = partial(depthwise_c16, x, wp, bp, offs,
+                       out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.kh, geo.sh, geo.sw,
+                       geo.dh, geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat,
+                       obuf, acc, code, prm, full0, full1, vecs, scratch, local)
+        if b.flags.writeable and b is not zeros:
+            # A bias fed as an input may change between runs: re-pack it (m floats) each run.
+            def with_bias() -> None:
+                bp.reshape(-1)[:geo.m] = b
+                call()
+
+            return with_registers(packed.before(w, with_bias), args, inputs)
+        return with_registers(packed.before(w, call), args, inputs)
+
+    return runner(prepare)
+
+
+@tactic("Conv", "depthwise_c16", applies=applies, native_epilogue=native_epilogue, priority=31)
+def bind_depthwise_c16(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)
