@@ -28,7 +28,7 @@ from pydla.backends.cpu.steps import PreboundKernel
 Thunk = Callable[[], None]
 
 # Below this many input elements the layer runs on one thread.
-PARALLEL_MIN = 1 << 15
+PARALLEL_MIN = 1 << 12  # a window pool costs ~10 operations per element: split early
 # geo layout: [planes, H, W, OH, OW, KH, KW, SH, SW, DH, DW, top, left, parts, is_max]
 _NEG_INF = np.float32(-np.inf)
 

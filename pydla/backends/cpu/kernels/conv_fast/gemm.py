@@ -19,6 +19,8 @@ alive and in bounds (``packed_a_size``, ``packed_b_size``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -26,7 +28,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
-KC, MC = 512, 144  # K slice (B strip 64 KiB, L1-and-a-half) and M block (A block 288 KiB)
+KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
 _LANES = 16
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, _LANES)
@@ -39,65 +41,92 @@ def _ptr(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int,
     return builder.inttoptr(builder.add(base, off), ty.as_pointer())
 
 
+def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_sk_: ir.Value, a_sr_: ir.Value,
+                   b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value, c_: ir.Value,
+                   ldc_: ir.Value, acc_flag: ir.Value) -> None:
+    """The micro-kernel's body; ``b_row_at(i)`` is the address of B's row i (32 floats)."""
+    fn = builder.function
+    # One base address per row of A, outside the loop.
+    a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(MR)]
+    entry = builder.block
+    loop = fn.append_basic_block("mk.loop")
+    done = fn.append_basic_block("mk.done")
+    builder.branch(loop)
+
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    i.add_incoming(ir.Constant(_I64, 0), entry)
+    zero = ir.Constant(_VEC, [0.0] * _LANES)
+    accs = []
+    for _ in range(2 * MR):
+        phi = builder.phi(_VEC)
+        phi.add_incoming(zero, entry)
+        accs.append(phi)
+    b_row = b_row_at(i)
+    b0 = builder.load(_ptr(builder, b_row, 0, _VEC), align=4)
+    b1 = builder.load(_ptr(builder, b_row, 4 * _LANES, _VEC), align=4)
+    a_off = builder.mul(i, a_sk_)
+    new = []
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), _LANES), [0] * _LANES)
+    fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+        _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
+    for r in range(MR):
+        s = builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4)
+        sv = builder.insert_element(ir.Constant(_VEC, ir.Undefined), s,
+                                    ir.Constant(ir.IntType(32), 0))
+        sv = builder.shuffle_vector(sv, ir.Constant(_VEC, ir.Undefined), mask)
+        new.append(builder.call(fma, [sv, b0, accs[2 * r]]))
+        new.append(builder.call(fma, [sv, b1, accs[2 * r + 1]]))
+    nxt = builder.add(i, ir.Constant(_I64, 1))
+    i.add_incoming(nxt, loop)
+    for phi, value in zip(accs, new):
+        phi.add_incoming(value, loop)
+    builder.cbranch(builder.icmp_signed("<", nxt, k_), loop, done)
+
+    builder.position_at_end(done)
+    add = builder.icmp_signed("!=", acc_flag, ir.Constant(_I64, 0))
+    for r in range(MR):
+        row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
+        for h in range(2):
+            ptr = _ptr(builder, row, 4 * _LANES * h, _VEC)
+            value = new[2 * r + h]
+            with builder.if_then(add):
+                builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
+            with builder.if_then(builder.not_(add)):
+                builder.store(value, ptr, align=4)
+
+
 @intrinsic
 def micro_kernel(typingctx, a, a_sk, a_sr, b, k, c, ldc, accumulate):  # type: ignore[no-untyped-def]
     """C[0:12, 0:32] (=|+=) A · B panel over k ≥ 1 steps. A[r, kk] is at a + kk·a_sk +
     r·a_sr (packed: MR·4 and 4; row-major: 4 and lda·4), the B panel is packed, C rows are
     ldc bytes apart; ``accumulate`` nonzero adds to C. Addresses and strides in bytes."""
-    sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64,
-                     types.int64, types.int64, types.int64)
+    sig = types.void(*([types.int64] * 8))
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         a_, a_sk_, a_sr_, b_, k_, c_, ldc_, acc_flag = args
-        fn = builder.function
-        # One base address per row of A, outside the loop.
-        a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(MR)]
-        entry = builder.block
-        loop = fn.append_basic_block("mk.loop")
-        done = fn.append_basic_block("mk.done")
-        builder.branch(loop)
+        _micro_codegen(builder, a_, a_sk_, a_sr_,
+                       lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
+                       k_, c_, ldc_, acc_flag)
+        return context.get_dummy_value()
 
-        builder.position_at_end(loop)
-        i = builder.phi(_I64)
-        i.add_incoming(ir.Constant(_I64, 0), entry)
-        zero = ir.Constant(_VEC, [0.0] * _LANES)
-        accs = []
-        for _ in range(2 * MR):
-            phi = builder.phi(_VEC)
-            phi.add_incoming(zero, entry)
-            accs.append(phi)
-        b_row = builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4)))
-        b0 = builder.load(_ptr(builder, b_row, 0, _VEC), align=4)
-        b1 = builder.load(_ptr(builder, b_row, 4 * _LANES, _VEC), align=4)
-        a_off = builder.mul(i, a_sk_)
-        new = []
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), _LANES), [0] * _LANES)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-            _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
-        for r in range(MR):
-            s = builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4)
-            sv = builder.insert_element(ir.Constant(_VEC, ir.Undefined), s,
-                                        ir.Constant(ir.IntType(32), 0))
-            sv = builder.shuffle_vector(sv, ir.Constant(_VEC, ir.Undefined), mask)
-            new.append(builder.call(fma, [sv, b0, accs[2 * r]]))
-            new.append(builder.call(fma, [sv, b1, accs[2 * r + 1]]))
-        nxt = builder.add(i, ir.Constant(_I64, 1))
-        i.add_incoming(nxt, loop)
-        for phi, value in zip(accs, new):
-            phi.add_incoming(value, loop)
-        builder.cbranch(builder.icmp_signed("<", nxt, k_), loop, done)
+    return sig, codegen
 
-        builder.position_at_end(done)
-        add = builder.icmp_signed("!=", acc_flag, ir.Constant(_I64, 0))
-        for r in range(MR):
-            row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
-            for h in range(2):
-                ptr = _ptr(builder, row, 4 * _LANES * h, _VEC)
-                value = new[2 * r + h]
-                with builder.if_then(add):
-                    builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
-                with builder.if_then(builder.not_(add)):
-                    builder.store(value, ptr, align=4)
+
+@intrinsic
+def micro_kernel_rows(typingctx, a, a_sk, a_sr, offs, b, k, c, ldc, accumulate):  # type: ignore[no-untyped-def]
+    """``micro_kernel`` with B unpacked: its row kk is the 32 floats at b + offs[kk] (offs
+    the address of k int64 byte offsets) — an implicit GEMM reading its columns in place."""
+    sig = types.void(*([types.int64] * 9))
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a_, a_sk_, a_sr_, offs_, b_, k_, c_, ldc_, acc_flag = args
+
+        def row_at(i: ir.Value) -> ir.Value:
+            at = builder.add(offs_, builder.mul(i, ir.Constant(_I64, 8)))
+            return builder.add(b_, builder.load(builder.inttoptr(at, _I64.as_pointer())))
+
+        _micro_codegen(builder, a_, a_sk_, a_sr_, row_at, k_, c_, ldc_, acc_flag)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -181,6 +210,41 @@ def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndar
                     else:  # a ragged block: through the scratch block
                         micro_kernel(ak, a_sk, a_sr, b, kc, ea, NR * 4, 0)
                         for r in range(rows):
+                            dst = c0 + (p * MR + r) * ldc + s * NR
+                            if first:
+                                for j in range(cols):
+                                    c[dst + j] = edge[r * NR + j]
+                            else:
+                                for j in range(cols):
+                                    c[dst + j] += edge[r * NR + j]
+
+
+@njit(inline="always", error_model="numpy")
+def gemm_gather(m: int, n: int, k: int, ap: np.ndarray, rows: int, p0: int, offs: np.ndarray,
+                b: int, c: np.ndarray, c0: int, ldc: int, edge: np.ndarray) -> None:
+    """``gemm_packed`` with B read in place: B[kk, j] is the float at address b + offs[kk]
+    + 4·j (offs int64 bytes). Every row must be readable to the next multiple of NR
+    columns (the columns past n are computed and dropped)."""
+    strips, panels = -(-n // NR), -(-m // MR)
+    mp = -(-rows // MR) * MR
+    ca, ea, oa, a = c.ctypes.data, edge.ctypes.data, offs.ctypes.data, ap.ctypes.data
+    for k0 in range(0, k, KC):
+        kc = min(KC, k - k0)
+        first = 1 if k0 == 0 else 0
+        for m0 in range(0, panels, MC // MR):
+            for s in range(strips):
+                bs = b + s * NR * 4
+                cols = min(NR, n - s * NR)
+                for p in range(m0, min(panels, m0 + MC // MR)):
+                    ak = a + (k0 * mp + (p0 + p) * kc * MR) * 4
+                    rows_here = min(MR, m - p * MR)
+                    if rows_here == MR and cols == NR:
+                        micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc,
+                                          ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4,
+                                          1 - first)
+                    else:
+                        micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc, ea, NR * 4, 0)
+                        for r in range(rows_here):
                             dst = c0 + (p * MR + r) * ldc + s * NR
                             if first:
                                 for j in range(cols):

@@ -2,12 +2,12 @@
 
 The columns of im2col are never built: each input plane is first split into zero-bordered
 phase planes (conv_fast.phases), where every kernel tap is a constant shift of the output
-grid, so row (channel, tap) of the column matrix is a contiguous run of a phase plane. Each
-numba thread packs its block of grid positions straight from the planes into GEMM panels
-(pydla.backends.cpu.kernels.conv_fast.gemm), multiplies them by the group's filters (packed
-once) into a staging block that stays in L2, and copies the block's valid positions to the
-output with bias and epilogue. Blocks are split by output channels too when an image has
-too few of them to keep every thread busy.
+grid, so row (channel, tap) of the column matrix is a contiguous run of a phase plane. The
+GEMM's micro-kernel reads those runs in place through a table of row offsets
+(pydla.backends.cpu.kernels.conv_fast.gemm.gemm_gather), multiplying them by the group's
+filters (packed once) into a staging block that stays in L2, and copies the block's valid
+positions to the output with bias and epilogue. Blocks are split by output channels too
+when an image has too few of them to keep every thread busy.
 """
 
 from __future__ import annotations
@@ -37,36 +37,16 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     MR,
     NR,
-    gemm_packed,
+    gemm_gather,
     pack_a,
     packed_a_size,
-    packed_b_size,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
 from pydla.backends.cpu.registry import tactic
 
-PACKED_B_BYTES = 1 << 19  # one thread's packed block of columns (L2 is 1 MiB per core here)
+PACKED_B_BYTES = 1 << 19  # the columns one chunk of strips reads (kept within L2)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of the product (256 KiB)
-
-
-@njit(inline="always", error_model="numpy")
-def _pack_columns(planes: np.ndarray, base: int, offsets: np.ndarray, g0: int, n: int,
-                  bp: np.ndarray) -> None:
-    """Packed B panels (NR columns) of column-matrix rows kk, grid positions g0 … g0+n-1:
-    row kk is planes[base + offsets[kk] + g] (flat), zero past n."""
-    k = offsets.shape[0]
-    for s in range(-(-n // NR)):
-        c0 = s * NR
-        width = min(NR, n - c0)
-        for kk in range(k):
-            out = bp[(s * k + kk) * NR:(s * k + kk + 1) * NR]
-            start = base + offsets[kk] + g0 + c0
-            src = planes[start:start + width]
-            for j in range(width):
-                out[j] = src[j]
-            for j in range(width, NR):
-                out[j] = 0
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -86,24 +66,25 @@ def split_planes(x: np.ndarray, planes: np.ndarray, used: np.ndarray, sh: int, s
 @njit(cache=True, parallel=True, error_model="numpy")
 def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias: np.ndarray,
                   y: np.ndarray, group: int, oh: int, ow: int, wq: int, chunk: int,
-                  mblock: int, nthreads: int, bp: np.ndarray, edge: np.ndarray,
+                  mblock: int, nthreads: int, edge: np.ndarray,
                   acc: np.ndarray, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
                   full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
-    """planes (n, c, phases, size), offsets (k) of the column rows within a group's planes,
-    ap the packed filters of every group, y (n·m, oh·ow).
+    """planes (n, c, phases, size) with NR floats of readable memory after them, offsets
+    (k) the byte offsets of the column rows within a group's planes, ap the packed filters
+    of every group, y (n·m, oh·ow).
 
     The work is a list of units — (image, group, block of mblock output channels, strip
     of NR grid positions) — dealt out to the threads in equal contiguous shares; a thread
-    runs up to ``chunk`` consecutive strips at a time. Per thread: bp (packed columns of a
-    chunk), edge (MR·NR) and acc (whole panels × chunk strips) staging the product of a
-    sub-block of output channels."""
+    runs up to ``chunk`` consecutive strips at a time, reading the columns in place
+    (gemm_gather). Per thread: edge (MR·NR) and acc (whole panels × chunk strips) staging
+    the product of a sub-block of output channels."""
     n, c = planes.shape[0], planes.shape[1]
     group_stride = c // group * planes.shape[2] * planes.shape[3]
     m, k = bias.shape[0], offsets.shape[0]
+    base0 = planes.ctypes.data
     mg = m // group
     per_group = ap.shape[0] // group
     grid = oh * wq
-    flat = planes.reshape(-1)
     strips, mb = -(-grid // NR), -(-mg // mblock)
     units = n * group * mb * strips
     stride = chunk * NR  # staging row length
@@ -111,7 +92,6 @@ def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias:
     epilogue = code.shape[0] > 0
     for t in prange(nthreads):
         u, end = t * units // nthreads, (t + 1) * units // nthreads
-        packed = (-1, -1, -1)  # (image·group + g, first strip, end strip) in bp[t]
         while u < end:
             s0 = u % strips
             rest = u // strips
@@ -120,17 +100,14 @@ def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias:
             u += s1 - s0
             g0, g1 = s0 * NR, min(grid, s1 * NR)
             m0, m1 = mi * mblock, min(mg, (mi + 1) * mblock)
-            if packed != (img * group + g, s0, s1):  # channel blocks share a chunk
-                _pack_columns(flat, (img * group + g) * group_stride, offsets, g0, g1 - g0,
-                              bp[t])
-                packed = (img * group + g, s0, s1)
+            columns = base0 + ((img * group + g) * group_stride + g0) * 4
             blk = acc[t]
             for ms in range(m0, m1, msub):  # channel sub-blocks: the staging stays in L2
                 me = min(m1, ms + msub)
-                # Whole panels and strips (the staging block has room, the packed operands
-                # are zero-padded): no ragged edges to patch up.
-                gemm_packed(-(-(me - ms) // MR) * MR, (s1 - s0) * NR, k, ap[g * per_group:],
-                            mg, ms // MR, bp[t], blk, 0, stride, edge[t])
+                # Whole panels and strips (the staging block has room, the filters are
+                # zero-padded, the columns readable past the grid): no ragged edges.
+                gemm_gather(-(-(me - ms) // MR) * MR, (s1 - s0) * NR, k, ap[g * per_group:],
+                            mg, ms // MR, offsets, columns, blk, 0, stride, edge[t])
                 # The grid rows this chunk touches, valid columns only.
                 for r in range(g0 // wq, min(oh, (g1 - 1) // wq + 1)):
                     q0, q1 = max(g0, r * wq) - r * wq, min(g1, r * wq + ow) - r * wq
@@ -188,7 +165,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     wq, size = layout(geo)
     phases = geo.sh * geo.sw
     # Row (ci, i, j) of a group's column matrix starts at this offset in its planes.
-    offsets = np.array([ci * phases * size + ph * size + off
+    offsets = np.array([(ci * phases * size + ph * size + off) * 4
                         for ci in range(cg) for i in range(geo.kh) for j in range(geo.kw)
                         for ph, off in [tap(i, j, geo, wq)]], np.int64)
     used = np.zeros(phases, np.bool_)
@@ -197,9 +174,10 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
             used[tap(i, j, geo, wq)[0]] = True
     grid = geo.oh * wq
     chunk, mblock = blocks(geo, grid, nthreads)
-    planes = np.zeros((geo.n, geo.c, phases, size), np.float32)
+    # NR floats of slack: the last strip reads its columns up to a whole strip.
+    count = geo.n * geo.c * phases * size
+    planes = np.zeros(count + NR, np.float32)[:count].reshape(geo.n, geo.c, phases, size)
     ap = np.zeros(geo.group * packed_a_size(mg, k), np.float32)
-    bp = np.zeros((nthreads, packed_b_size(k, chunk * NR)), np.float32)
     edge = np.zeros((nthreads, MR * NR), np.float32)
     msub = min(mblock, max(MR, STAGED_FLOATS // (chunk * NR) // MR * MR))
     acc = np.zeros((nthreads, msub * chunk * NR), np.float32)
@@ -216,7 +194,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                              wq, nthreads)
         gemm_call = partial(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),
                             out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
-                            geo.oh, geo.ow, wq, chunk, mblock, nthreads, bp, edge, acc, code,
+                            geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
                             prm, full0, full1, vecs, scratch)
 
         def call() -> None:
