@@ -37,6 +37,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     MR,
     NR,
+    gemm_gather,
     gemm_packed,
     pack_a,
     pack_b,
@@ -105,13 +106,15 @@ def _pack_pixels(x: np.ndarray, sh: int, sw: int, ow: int, p0: int, n: int,
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: int,
-            sw: int, ow: int, rows: int, cols: int, nthreads: int, bp: np.ndarray,
+            sw: int, ow: int, rows: int, cols: int, nthreads: int, offs: np.ndarray,
+            bp: np.ndarray,
             edge: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
             full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
             scratch: np.ndarray) -> None:
     """x (n, c, h, w), ap the packed weights, y (n·m, p) with p = oh·ow output pixels.
-    Per thread: bp (packed pixels), edge (MR·NR) and acc (rows·cols) staging a block for
-    the epilogue."""
+    At stride 1 the whole strips of a block read X's rows in place (gemm_gather; offs:
+    the channels' byte offsets) and only a ragged last strip is packed. Per thread: bp
+    (packed pixels), edge (MR·NR) and acc (rows·cols) staging a block for the epilogue."""
     n, c = x.shape[0], x.shape[1]
     m, p = y.shape[0] // n, y.shape[1]
     yf = y.reshape(-1)
@@ -127,21 +130,36 @@ def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: 
             img, c0 = block // cb, block % cb * cols
             r0, c1 = ri * rows, min(p, block % cb * cols + cols)
             r1 = min(m, r0 + rows)
+            inplace = sh == 1 and sw == 1
+            # Columns read in place (whole strips, stride 1) and columns packed.
+            full = (c1 - c0) // NR * NR if inplace else 0
             if packed != block:
-                if sh == 1 and sw == 1:  # the pixels are X's own: rows of a plain matrix
-                    pack_b(x[img].reshape(-1)[c0:], p, c, c1 - c0, bp[t])
+                if inplace:
+                    if c1 - c0 > full:
+                        pack_b(x[img].reshape(-1)[c0 + full:], p, c, c1 - c0 - full, bp[t])
                 else:
                     _pack_pixels(x[img], sh, sw, ow, c0, c1 - c0, bp[t])
                 packed = block
+            columns = x.ctypes.data + (img * c * p + c0) * 4
             if not epilogue:
-                gemm_packed(r1 - r0, c1 - c0, c, ap, m, r0 // MR, bp[t], yf,
-                            (img * m + r0) * p + c0, p, edge[t])
+                at = (img * m + r0) * p + c0
+                if full:
+                    gemm_gather(r1 - r0, full, c, ap, m, r0 // MR, offs, columns, yf, at, p,
+                                edge[t])
+                if c1 - c0 > full:
+                    gemm_packed(r1 - r0, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], yf,
+                                at + full, p, edge[t])
                 for r in range(r0, r1):
                     row = y[img * m + r, c0:c1]
                     row += bias[r]
             else:
                 blk = acc[t]
-                gemm_packed(r1 - r0, c1 - c0, c, ap, m, r0 // MR, bp[t], blk, 0, cols, edge[t])
+                if full:
+                    gemm_gather(r1 - r0, full, c, ap, m, r0 // MR, offs, columns, blk, 0, cols,
+                                edge[t])
+                if c1 - c0 > full:
+                    gemm_packed(r1 - r0, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], blk, full,
+                                cols, edge[t])
                 for r in range(r0, r1):
                     row = blk[(r - r0) * cols:(r - r0) * cols + c1 - c0]
                     row += bias[r]
@@ -171,6 +189,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     acc = np.zeros((nthreads, rows * cols if epi.steps else 1), np.float32)
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, cols)
     zeros = np.zeros(m, np.float32)
+    offs = np.arange(c, dtype=np.int64) * (geo.h * geo.w * 4)  # X's rows, in bytes
     weights = Derived(lambda w: pack_weights(w.reshape(m, c), ap))
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
 
@@ -180,7 +199,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         call = partial(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
                        out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, geo.ow, rows, cols,
-                       nthreads, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
+                       nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
         return weights.before(w, with_registers(call, args, inputs))
 
     return runner(prepare)
