@@ -32,7 +32,8 @@ from pydla.plan.lower import lower
 from tests.oracle import make_model, model_tolerance_ok, run_ort
 
 RNG = np.random.default_rng(5)
-FAST = ("gemm1x1", "depthwise", "depthwise_c16", "winograd4", "winograd2", "im2col")
+FAST = ("gemm1x1", "depthwise", "depthwise_c16", "direct_c16", "winograd4", "winograd2",
+        "im2col")
 
 
 def _tol(tactic: str) -> float:
@@ -100,6 +101,8 @@ def _check_all(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mappin
     spec = _spec(x, w, b, attrs, REFERENCE)
     inputs = [x, w] + ([b] if b is not None else [])
     want = _run(spec, inputs)
+    if attrs.get("group", 1) == 1 and w[0].size <= 160 and w.shape[0] >= 4:
+        expected = expected | {"direct_c16"}  # few input channels: the direct kernel too
     applicable = {t.name for t in candidate_tactics(spec) if t.name in FAST}
     assert applicable == expected
     for name in sorted(applicable):
@@ -218,7 +221,8 @@ def test_resnet_shapes() -> None:
 
 @pytest.mark.parametrize("tactic,k,group", [("gemm1x1", 1, 1), ("winograd4", 3, 1),
                                             ("winograd2", 3, 1), ("im2col", 3, 1),
-                                            ("depthwise", 3, 8), ("depthwise_c16", 3, 8)])
+                                            ("depthwise", 3, 8), ("depthwise_c16", 3, 8),
+                                            ("direct_c16", 3, 1)])
 def test_fp16_layer(tactic: str, k: int, group: int) -> None:
     x = _rand(2, 8, 10, 10, dtype=np.float16)
     w = (_rand(16 if group == 1 else 8, 8 // group, k, k) * 0.3).astype(np.float16)
@@ -283,6 +287,8 @@ LAYERS = {  # tactic -> (x shape, w shape, attrs)
     "depthwise": ((2, 16, 9, 9), (16, 1, 3, 3), _attrs(pads=(1, 1, 1, 1), group=16)),
     # 20 channels: one full block of 16 and a partial one
     "depthwise_c16": ((2, 20, 9, 9), (20, 1, 3, 3), _attrs((2, 2), (1, 1, 1, 1), group=20)),
+    # 20 output channels: a full block of 16 and a partial one
+    "direct_c16": ((2, 3, 11, 9), (20, 3, 3, 3), _attrs((2, 2), (1, 1, 1, 1))),
     "winograd4": ((2, 16, 9, 9), (24, 16, 3, 3), _attrs(pads=(1, 1, 1, 1))),
     "winograd2": ((2, 16, 9, 9), (24, 16, 3, 3), _attrs(pads=(1, 1, 1, 1))),
     "im2col": ((2, 16, 9, 9), (24, 8, 3, 3), _attrs((2, 2), (1, 1, 1, 1), group=2)),
@@ -451,6 +457,8 @@ ORT_MODELS = {  # tactic -> (x shape, w shape, Conv attributes, activation)
                                                    "group": 24}, "HardSwish"),
     "depthwise_c16": ((2, 40, 7, 7), (40, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 40},
                       "HardSwish"),
+    "direct_c16": ((1, 3, 23, 21), (16, 3, 7, 7), {"pads": [3, 3, 3, 3], "strides": [2, 2]},
+                   "Relu"),
     "winograd4": ((1, 32, 14, 14), (32, 32, 3, 3), {"pads": [1, 1, 1, 1]}, "Sigmoid"),
     "winograd2": ((4, 16, 10, 10), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "LeakyRelu"),
     "im2col": ((1, 8, 15, 15), (16, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2],

@@ -2,9 +2,10 @@
 (pydla.backends.cpu.threads), each running the layer's pointwise epilogue in its output loop.
 
 Tactics (one module each): ``gemm1x1`` (1×1, any stride), ``depthwise`` and
-``depthwise_c16`` (planes, or blocks of 16 channels), ``winograd4`` / ``winograd2`` (3×3
-stride 1), ``im2col`` (any 2-D convolution, as an implicit GEMM) and ``transpose``
-(ConvTranspose with kernel = stride, tactic ``gemm_scatter``).
+``depthwise_c16`` (planes, or blocks of 16 channels), ``direct_c16`` (few input channels:
+stems), ``winograd4`` / ``winograd2`` (3×3 stride 1), ``im2col`` (any 2-D convolution,
+as an implicit GEMM) and ``transpose`` (ConvTranspose with kernel = stride, tactic
+``gemm_scatter``).
 Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
 ``epilogue`` (compiled pointwise programs), ``gemm`` (packed AVX-512-class GEMM),
 ``simd`` (16-lane vector intrinsics), ``phases`` (strided input as shifted rows) and
@@ -14,6 +15,7 @@ Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
 from pydla.backends.cpu.kernels.conv_fast import (  # noqa: F401
     depthwise,
     depthwise_c16,
+    direct_c16,
     gemm1x1,
     im2col,
     transpose,

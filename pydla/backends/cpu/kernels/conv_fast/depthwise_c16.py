@@ -119,7 +119,7 @@ def _taps(st: np.ndarray, wb: np.ndarray, bb: np.ndarray, offs: np.ndarray, ob: 
 
 
 @njit(inline="always", error_model="numpy")
-def _unstage(ob: np.ndarray, nl: int, p: int, dst: np.ndarray, d0: int) -> None:
+def unstage(ob: np.ndarray, nl: int, p: int, dst: np.ndarray, d0: int) -> None:
     """dst[l, d0:d0 + p] = ob[:p, l] for l < nl (dst rows contiguous)."""
     k = 0
     if nl == L:
@@ -165,15 +165,15 @@ def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarra
             p = rows * ow
             row0 = img * c + c0
             if not epilogue:
-                _unstage(ob, nl, p, y[row0:row0 + nl], r0 * ow)
+                unstage(ob, nl, p, y[row0:row0 + nl], r0 * ow)
             elif local:
                 # No extra inputs: the program runs on the whole block in its layout.
                 run_epilogue(ob.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
                              full0, full1, vecs, scratch[t])
-                _unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
+                unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
             else:
                 lanes = a.reshape(L, -1)
-                _unstage(ob, nl, p, lanes, 0)
+                unstage(ob, nl, p, lanes, 0)
                 for lane in range(nl):
                     run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm, full0,
                                  full1, vecs, scratch[t])

@@ -123,12 +123,14 @@ def transpose16(typingctx, src, src_step, dst, dst_step, bias):  # type: ignore[
     return sig, codegen
 
 
-def tap_sum(pixels: int) -> Callable[..., None]:
+def tap_sum(pixels: int, broadcast: bool = False) -> Callable[..., None]:
     """An intrinsic ``(src, pixel_step, offsets, weights, taps, bias, dst)`` (int64 byte
     addresses and strides; ``offsets`` the address of ``taps`` int64 byte offsets):
     for p < pixels, the vector at dst + 64·p = bias + Σ_t weights[t] · src[p·pixel_step +
-    offsets[t]], each operand a vector of 16 channels, accumulated in registers over the
-    taps — one output pixel of a depthwise convolution on 16 channels per accumulator."""
+    offsets[t]], accumulated in registers over the taps. Without ``broadcast`` every
+    operand is a vector of 16 channels (a depthwise convolution on 16 channels); with it
+    the source is one float, spread over the lanes, and the weights hold 16 output
+    channels (a direct convolution producing 16 channels per accumulator)."""
 
     @intrinsic
     def apply(typingctx, src, step, offsets, weights, taps, bias, dst):  # type: ignore[no-untyped-def]
@@ -162,8 +164,18 @@ def tap_sum(pixels: int) -> Callable[..., None]:
                 builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))), _I64.as_pointer()))
             wv = builder.load(vec(builder.add(w, builder.mul(t, ir.Constant(_I64, 64)))),
                               align=4)
-            new = [builder.call(fma, [wv, builder.load(vec(builder.add(base, off)), align=4),
-                                      acc]) for base, acc in zip(bases, accs)]
+            def source(base):  # type: ignore[no-untyped-def]
+                addr = builder.add(base, off)
+                if not broadcast:
+                    return builder.load(vec(addr), align=4)
+                one = builder.load(builder.inttoptr(addr, _F32.as_pointer()), align=4)
+                lane0 = builder.insert_element(ir.Constant(_VEC, ir.Undefined), one,
+                                               ir.Constant(ir.IntType(32), 0))
+                return builder.shuffle_vector(
+                    lane0, ir.Constant(_VEC, ir.Undefined),
+                    ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+            new = [builder.call(fma, [wv, source(base), acc]) for base, acc in zip(bases, accs)]
             nxt = builder.add(t, ir.Constant(_I64, 1))
             t.add_incoming(nxt, loop)
             for phi, value in zip(accs, new):

@@ -1,0 +1,180 @@
+"""Direct convolution for layers with few input channels (a network's stem: 3 channels,
+3×3 to 7×7, usually stride 2): the ``direct_c16`` tactic.
+
+With K = c·kh·kw small, a GEMM spends its time on packing and on a short K loop per
+micro-kernel call. Here the output is computed 16 output channels at a time: for every
+output pixel, the K input values it reads are each spread over the lanes and multiplied
+by that tap's 16 weights, accumulated in registers (``simd.tap_sum`` with broadcast) — the
+input's NCHW planes read in place through a table of tap offsets into a zero-bordered band.
+Blocks of 16 output channels leave in channels-innermost layout and are transposed to
+NCHW rows through the layer's epilogue (as in ``depthwise_c16``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    out_rows,
+    runner,
+    with_registers,
+)
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, unstage
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    native_epilogue,
+    run_epilogue,
+)
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum
+from pydla.backends.cpu.registry import tactic
+
+MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thin layers
+_OUT_BYTES = 64 * 1024  # a band's block of 16 output channels, kept in L1/L2
+
+_sum4, _sum1 = tap_sum(4, broadcast=True), tap_sum(1, broadcast=True)
+
+
+@njit(inline="always", error_model="numpy")
+def _stage(x: np.ndarray, img: int, iy0: int, rows: int, left: int, st: np.ndarray) -> None:
+    """st[ci, r, q] = x[img, ci, iy0 + r, q - left], zero outside the image."""
+    c, h, w = x.shape[1], x.shape[2], x.shape[3]
+    cols = st.shape[2]
+    width = min(w, cols - left)
+    for ci in range(c):
+        for r in range(rows):
+            iy = iy0 + r
+            row = st[ci, r]
+            if iy < 0 or iy >= h:
+                row[:] = 0
+                continue
+            row[:left] = 0
+            row[left + width:] = 0
+            row[left:left + width] = x[img, ci, iy, :width]
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
+               y: np.ndarray, kh: int, sh: int, sw: int, dh: int, top: int, left: int,
+               oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
+               obuf: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
+               full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray,
+               local: bool) -> None:
+    """x (n, c, h, w); wp (blocks, K, 16) and bp (blocks, 16) packed; offs the K taps'
+    byte offsets in a staged band; y (n·m, oh·ow). Per thread: stage (c, rows, cols),
+    obuf (band·ow, 16), acc (band·ow·16). ``local``: the epilogue reads no extra inputs."""
+    n = x.shape[0]
+    m = y.shape[0] // n
+    blocks, taps = wp.shape[0], wp.shape[1]
+    bands = -(-oh // band)
+    tasks = n * bands
+    per = -(-tasks // nthreads)
+    epilogue = code.shape[0] > 0
+    for t in prange(nthreads):
+        st, ob, a = stage[t], obuf[t], acc[t]
+        row_bytes = st.shape[2] * 4
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            img, r0 = task // bands, task % bands * band
+            rows = min(oh, r0 + band) - r0
+            _stage(x, img, r0 * sh - top, (rows - 1) * sh + (kh - 1) * dh + 1, left, st)
+            p = rows * ow
+            for blk in range(blocks):
+                w0, b0 = wp[blk].ctypes.data, bp[blk].ctypes.data
+                for r in range(rows):
+                    src = st.ctypes.data + r * sh * row_bytes
+                    dst = ob.ctypes.data + r * ow * L * 4
+                    q = 0
+                    while q + 4 <= ow:
+                        _sum4(src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps, b0,
+                              dst + q * L * 4)
+                        q += 4
+                    while q < ow:
+                        _sum1(src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps, b0,
+                              dst + q * L * 4)
+                        q += 1
+                c0 = blk * L
+                nl = min(L, m - c0)
+                row0 = img * m + c0
+                if not epilogue:
+                    unstage(ob, nl, p, y[row0:row0 + nl], r0 * ow)
+                elif local:
+                    run_epilogue(ob.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
+                                 full0, full1, vecs, scratch[t])
+                    unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
+                else:
+                    lanes = a.reshape(L, -1)
+                    unstage(ob, nl, p, lanes, 0)
+                    for lane in range(nl):
+                        run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm,
+                                     full0, full1, vecs, scratch[t])
+
+
+def applies(spec: LayerSpec) -> bool:
+    g = conv2d(spec)
+    return g is not None and g.group == 1 and g.c * g.kh * g.kw <= MAX_K and g.m >= 4
+
+
+def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+    cols = (geo.ow - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
+    band = max(1, min(geo.oh, _OUT_BYTES // (geo.ow * L * 4)))
+    if geo.n * -(-geo.oh // band) < 2 * nthreads:  # work for every thread
+        band = max(1, -(-geo.n * geo.oh // (2 * nthreads)))
+    rows_in = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
+    blocks = -(-geo.m // L)
+    k = geo.c * geo.kh * geo.kw
+    stage = np.zeros((nthreads, geo.c, rows_in, cols), np.float32)
+    obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
+    acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
+    offs = np.array([((ci * rows_in + i * geo.dh) * cols + j * geo.dw) * 4
+                     for ci in range(geo.c) for i in range(geo.kh) for j in range(geo.kw)],
+                    np.int64)
+    wp = np.zeros((blocks, k, L), np.float32)
+    bp = np.zeros((blocks, L), np.float32)
+    local = not epi.full and not epi.vec
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
+                        band * geo.ow * (L if local else 1))
+    zeros = np.zeros(geo.m, np.float32)
+    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+
+    def pack(w: np.ndarray) -> None:
+        flat = np.zeros((blocks * L, k), np.float32)
+        flat[:geo.m] = w.reshape(geo.m, k)
+        wp[:] = flat.reshape(blocks, L, k).transpose(0, 2, 1)
+
+    packed = Derived(pack)
+
+    def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        full0, full1 = args.fulls(inputs)
+        b = bias_of(inputs, geo, zeros)
+        bp.reshape(-1)[:geo.m] = b
+        call = partial(direct_c16, x, wp, bp, offs,
+                       out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.kh, geo.sh,
+                       geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band, nthreads,
+                       stage, obuf, acc, code, prm, full0, full1, vecs, scratch, local)
+        if b.flags.writeable and b is not zeros:
+            # A bias fed as an input may change between runs: re-pack it (m floats) each run.
+            def with_bias() -> None:
+                bp.reshape(-1)[:geo.m] = b
+                call()
+
+            return with_registers(packed.before(w, with_bias), args, inputs)
+        return with_registers(packed.before(w, call), args, inputs)
+
+    return runner(prepare)
+
+
+@tactic("Conv", "direct_c16", applies=applies, native_epilogue=native_epilogue, priority=20)
+def bind_direct_c16(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)
