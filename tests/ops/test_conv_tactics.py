@@ -101,8 +101,9 @@ def _check_all(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mappin
     spec = _spec(x, w, b, attrs, REFERENCE)
     inputs = [x, w] + ([b] if b is not None else [])
     want = _run(spec, inputs)
-    if attrs.get("group", 1) == 1 and w[0].size <= 160 and w.shape[0] >= 4:
-        expected = expected | {"direct_c16"}  # few input channels: the direct kernel too
+    pixels = int(np.prod(_out_shape(x.shape, w.shape, attrs)[2:]))
+    if attrs.get("group", 1) == 1 and (w[0].size <= 160 or pixels <= 4) and w.shape[0] >= 4:
+        expected = expected | {"direct_c16"}  # few input channels or pixels: direct too
     applicable = {t.name for t in candidate_tactics(spec) if t.name in FAST}
     assert applicable == expected
     for name in sorted(applicable):
@@ -190,6 +191,14 @@ def test_depthwise(k: Sequence[int], strides: Sequence[int], pads: Sequence[int]
             expected = {"depthwise", "depthwise_c16", "im2col"}  # group > 1: not a plain GEMM
         _check_all(_rand(n, c, 17, 16), _rand(c, 1, *k), _rand(c),
                    _attrs(strides, pads, dilations, group=c), expected)
+
+
+def test_squeeze_excitation_gemv() -> None:
+    """1×1 convolutions on pooled vectors (K large, one pixel) and a 2×2 plane."""
+    _check_all(_rand(2, 576, 1, 1), _rand(144, 576, 1, 1), _rand(144), _attrs(),
+               {"gemm1x1", "im2col", "direct_c16"})
+    _check_all(_rand(1, 300, 2, 2), _rand(40, 300, 1, 1), _rand(40), _attrs(),
+               {"gemm1x1", "im2col", "direct_c16"})
 
 
 def test_no_bias() -> None:

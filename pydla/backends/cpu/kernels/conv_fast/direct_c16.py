@@ -1,5 +1,6 @@
 """Direct convolution for layers with few input channels (a network's stem: 3 channels,
-3×3 to 7×7, usually stride 2): the ``direct_c16`` tactic.
+3×3 to 7×7, usually stride 2) or a tiny output plane (squeeze-excitation blocks): the
+``direct_c16`` tactic.
 
 With K = c·kh·kw small, a GEMM spends its time on packing and on a short K loop per
 micro-kernel call. Here the output is computed 16 output channels at a time: for every
@@ -40,6 +41,7 @@ from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum
 from pydla.backends.cpu.registry import tactic
 
 MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thin layers
+MAX_PIXELS = 4  # or output planes this small, whatever K
 _OUT_BYTES = 64 * 1024  # a band's block of 16 output channels, kept in L1/L2
 
 _sum4, _sum1 = tap_sum(4, broadcast=True), tap_sum(1, broadcast=True)
@@ -121,7 +123,10 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
 
 def applies(spec: LayerSpec) -> bool:
     g = conv2d(spec)
-    return g is not None and g.group == 1 and g.c * g.kh * g.kw <= MAX_K and g.m >= 4
+    # Few input channels, or a tiny output plane (squeeze-excitation's 1×1 convolutions
+    # on pooled vectors: a GEMV, where a GEMM would fill its 32-pixel strips with padding).
+    return (g is not None and g.group == 1 and g.m >= 4
+            and (g.c * g.kh * g.kw <= MAX_K or g.pixels <= MAX_PIXELS))
 
 
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
