@@ -1,13 +1,13 @@
 """1×1 convolution as GEMM: Y[n] (m × oh·ow) = W (m × c) · X[n] (c × the sampled pixels).
 
-Any stride (the pixels a strided 1×1 kernel samples are gathered while packing), no
-padding, one group.
+Any stride (a strided layer first gathers the pixels it samples), no padding, one group.
 
 W is packed into micro-kernel panels once (pydla.backends.cpu.kernels.conv_fast.gemm).
 The output is cut into blocks of pixels (columns) — and of output channels when an image
-has too few pixels to keep every thread busy; each numba thread packs its block's pixels
-of X, runs the GEMM straight into the output (or, with an epilogue, into a staging block
-that stays in L2) and adds bias and epilogue to each finished row.
+has too few pixels to keep every thread busy; each numba thread runs the GEMM on its
+block's pixels of X read in place (only a ragged last strip of 32 is packed) straight into
+the output (or, with an epilogue, into a staging block that stays in L2) and adds bias and
+epilogue to each finished row.
 """
 
 from __future__ import annotations
@@ -79,42 +79,34 @@ def blocks(m: int, p: int, k: int, images: int, nthreads: int,
 
 
 @njit(inline="always", error_model="numpy")
-def _pack_pixels(x: np.ndarray, sh: int, sw: int, ow: int, p0: int, n: int,
-                 dst: np.ndarray) -> None:
-    """Packed B panels (pack_b's layout) of the output pixels p0 … p0+n-1 of a 1×1
-    convolution: row kk holds x[kk, r·sh, q·sw] for output pixel r·ow + q."""
-    c, h, w = x.shape
-    flat = x.reshape(-1)
-    for s in range(-(-n // NR)):
-        first = p0 + s * NR
-        width = min(NR, p0 + n - first)
-        for kk in range(c):
-            out = dst[(s * c + kk) * NR:(s * c + kk + 1) * NR]
-            j, r, q = 0, first // ow, first % ow
-            while j < width:  # one run per output row the strip touches
-                run = min(width - j, ow - q)
-                start = kk * h * w + r * sh * w + q * sw
-                if sw == 1:
-                    out[j:j + run] = flat[start:start + run]
-                else:
-                    src = flat[start:]
-                    for i in range(run):
-                        out[j + i] = src[i * sw]
-                j, r, q = j + run, r + 1, 0
-            out[width:] = 0
+def _subsample(x: np.ndarray, xs: np.ndarray, sh: int, sw: int, nthreads: int) -> None:
+    """xs[img, ch, r, q] = x[img, ch, r·sh, q·sw]: the pixels a strided 1×1 kernel reads."""
+    n, c, oh, ow = xs.shape
+    tasks = n * c
+    per = -(-tasks // nthreads)
+    for t in prange(nthreads):
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            src, dst = x[task // c, task % c], xs[task // c, task % c]
+            for r in range(oh):
+                row, out = src[r * sh], dst[r]
+                for q in range(ow):
+                    out[q] = row[q * sw]
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: int,
-            sw: int, ow: int, rows: int, cols: int, nthreads: int, offs: np.ndarray,
-            bp: np.ndarray,
-            edge: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
+            sw: int, xs: np.ndarray, rows: int, cols: int, nthreads: int, offs: np.ndarray,
+            bp: np.ndarray, edge: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
             full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
             scratch: np.ndarray) -> None:
     """x (n, c, h, w), ap the packed weights, y (n·m, p) with p = oh·ow output pixels.
-    At stride 1 the whole strips of a block read X's rows in place (gemm_gather; offs:
-    the channels' byte offsets) and only a ragged last strip is packed. Per thread: bp
-    (packed pixels), edge (MR·NR) and acc (rows·cols) staging a block for the epilogue."""
+    A strided layer first gathers its pixels into xs (n, c, oh, ow); then the whole strips
+    of a block read those rows in place (gemm_gather; offs: the channels' byte offsets)
+    and only a ragged last strip is packed. Per thread: bp (packed pixels), edge (MR·NR)
+    and acc (rows·cols) staging a block for the epilogue."""
+    if sh != 1 or sw != 1:
+        _subsample(x, xs, sh, sw, nthreads)
+        x = xs
     n, c = x.shape[0], x.shape[1]
     m, p = y.shape[0] // n, y.shape[1]
     yf = y.reshape(-1)
@@ -130,15 +122,11 @@ def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: 
             img, c0 = block // cb, block % cb * cols
             r0, c1 = ri * rows, min(p, block % cb * cols + cols)
             r1 = min(m, r0 + rows)
-            inplace = sh == 1 and sw == 1
-            # Columns read in place (whole strips, stride 1) and columns packed.
-            full = (c1 - c0) // NR * NR if inplace else 0
+            # Whole strips read in place, a ragged last one packed.
+            full = (c1 - c0) // NR * NR
             if packed != block:
-                if inplace:
-                    if c1 - c0 > full:
-                        pack_b(x[img].reshape(-1)[c0 + full:], p, c, c1 - c0 - full, bp[t])
-                else:
-                    _pack_pixels(x[img], sh, sw, ow, c0, c1 - c0, bp[t])
+                if c1 - c0 > full:
+                    pack_b(x[img].reshape(-1)[c0 + full:], p, c, c1 - c0 - full, bp[t])
                 packed = block
             columns = x.ctypes.data + (img * c * p + c0) * 4
             if not epilogue:
@@ -189,7 +177,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     acc = np.zeros((nthreads, rows * cols if epi.steps else 1), np.float32)
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, cols)
     zeros = np.zeros(m, np.float32)
-    offs = np.arange(c, dtype=np.int64) * (geo.h * geo.w * 4)  # X's rows, in bytes
+    offs = np.arange(c, dtype=np.int64) * (p * 4)  # the channels' rows, in bytes
+    strided = geo.sh != 1 or geo.sw != 1
+    xs = np.zeros((geo.n, c, geo.oh, geo.ow) if strided else (1, 1, 1, 1), np.float32)
     weights = Derived(lambda w: pack_weights(w.reshape(m, c), ap))
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
 
@@ -198,7 +188,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = partial(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
-                       out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, geo.ow, rows, cols,
+                       out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
                        nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
         return weights.before(w, with_registers(call, args, inputs))
 
