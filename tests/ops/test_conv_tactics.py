@@ -193,6 +193,14 @@ def test_depthwise(k: Sequence[int], strides: Sequence[int], pads: Sequence[int]
                    _attrs(strides, pads, dilations, group=c), expected)
 
 
+@pytest.mark.parametrize("m", [48, 64, 80, 61])
+def test_direct_output_blocks(m: int) -> None:
+    """direct_c16 computes 1 to 4 blocks of 16 output channels together (48: three,
+    64: four, 80: five blocks one by one, 61: a partial last block)."""
+    _check_all(_rand(2, 3, 19, 17), _rand(m, 3, 5, 5), _rand(m), _attrs((2, 2), (2, 2, 2, 2)),
+               {"im2col", "direct_c16"})
+
+
 def test_squeeze_excitation_gemv() -> None:
     """1×1 convolutions on pooled vectors (K large, one pixel) and a 2×2 plane."""
     _check_all(_rand(2, 576, 1, 1), _rand(144, 576, 1, 1), _rand(144), _attrs(),

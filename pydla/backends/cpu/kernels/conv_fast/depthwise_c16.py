@@ -111,10 +111,10 @@ def _taps(st: np.ndarray, wb: np.ndarray, bb: np.ndarray, offs: np.ndarray, ob: 
         dst = ob.ctypes.data + r * ow * L * 4
         q = 0
         while q + 4 <= ow:
-            _sum4(src + q * step, step, o0, w0, t, b0, dst + q * L * 4)
+            _sum4(src + q * step, step, o0, w0, t, b0, dst + q * L * 4, 0)
             q += 4
         while q < ow:
-            _sum1(src + q * step, step, o0, w0, t, b0, dst + q * L * 4)
+            _sum1(src + q * step, step, o0, w0, t, b0, dst + q * L * 4, 0)
             q += 1
 
 

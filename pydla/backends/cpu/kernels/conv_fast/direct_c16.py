@@ -44,7 +44,36 @@ MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thi
 MAX_PIXELS = 4  # or output planes this small, whatever K
 _OUT_BYTES = 64 * 1024  # a band's block of 16 output channels, kept in L1/L2
 
-_sum4, _sum1 = tap_sum(4, broadcast=True), tap_sum(1, broadcast=True)
+# Blocks of 16 output channels computed together (each input value loaded once for all):
+# 1 to 4, with 4 pixels per call (up to 16 accumulators) and a 1-pixel tail.
+_S4_1, _S1_1 = tap_sum(4, True, 1), tap_sum(1, True, 1)
+_S4_2, _S1_2 = tap_sum(4, True, 2), tap_sum(1, True, 2)
+_S4_3, _S1_3 = tap_sum(4, True, 3), tap_sum(1, True, 3)
+_S4_4, _S1_4 = tap_sum(4, True, 4), tap_sum(1, True, 4)
+
+
+@njit(inline="always")
+def _taps(g: int, four: bool, src: int, step: int, offs: int, w: int, taps: int, b: int,
+          dst: int, dst_step: int) -> None:
+    if g == 1:
+        if four:
+            _S4_1(src, step, offs, w, taps, b, dst, dst_step)
+        else:
+            _S1_1(src, step, offs, w, taps, b, dst, dst_step)
+    elif g == 2:
+        if four:
+            _S4_2(src, step, offs, w, taps, b, dst, dst_step)
+        else:
+            _S1_2(src, step, offs, w, taps, b, dst, dst_step)
+    elif g == 3:
+        if four:
+            _S4_3(src, step, offs, w, taps, b, dst, dst_step)
+        else:
+            _S1_3(src, step, offs, w, taps, b, dst, dst_step)
+    elif four:
+        _S4_4(src, step, offs, w, taps, b, dst, dst_step)
+    else:
+        _S1_4(src, step, offs, w, taps, b, dst, dst_step)
 
 
 @njit(inline="always", error_model="numpy")
@@ -72,12 +101,13 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                obuf: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
                full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray,
                local: bool) -> None:
-    """x (n, c, h, w); wp (blocks, K, 16) and bp (blocks, 16) packed; offs the K taps'
-    byte offsets in a staged band; y (n·m, oh·ow). Per thread: stage (c, rows, cols),
-    obuf (band·ow, 16), acc (band·ow·16). ``local``: the epilogue reads no extra inputs."""
+    """x (n, c, h, w); wp (groups, K, g·16) and bp (groups, g·16) packed, g blocks of 16
+    output channels per group; offs the K taps' byte offsets in a staged band; y (n·m,
+    oh·ow). Per thread: stage (c, rows, cols), obuf (g, band·ow, 16), acc (band·ow·16).
+    ``local``: the epilogue reads no extra inputs."""
     n = x.shape[0]
     m = y.shape[0] // n
-    blocks, taps = wp.shape[0], wp.shape[1]
+    groups, taps, g = wp.shape[0], wp.shape[1], wp.shape[2] // L
     bands = -(-oh // band)
     tasks = n * bands
     per = -(-tasks // nthreads)
@@ -85,40 +115,45 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
     for t in prange(nthreads):
         st, ob, a = stage[t], obuf[t], acc[t]
         row_bytes = st.shape[2] * 4
+        block_bytes = ob.shape[1] * L * 4  # between the group's blocks in obuf
         for task in range(t * per, min(tasks, (t + 1) * per)):
             img, r0 = task // bands, task % bands * band
             rows = min(oh, r0 + band) - r0
             _stage(x, img, r0 * sh - top, (rows - 1) * sh + (kh - 1) * dh + 1, left, st)
             p = rows * ow
-            for blk in range(blocks):
-                w0, b0 = wp[blk].ctypes.data, bp[blk].ctypes.data
+            for grp in range(groups):
+                w0, b0 = wp[grp].ctypes.data, bp[grp].ctypes.data
                 for r in range(rows):
                     src = st.ctypes.data + r * sh * row_bytes
                     dst = ob.ctypes.data + r * ow * L * 4
                     q = 0
                     while q + 4 <= ow:
-                        _sum4(src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps, b0,
-                              dst + q * L * 4)
+                        _taps(g, True, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
+                              b0, dst + q * L * 4, block_bytes)
                         q += 4
                     while q < ow:
-                        _sum1(src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps, b0,
-                              dst + q * L * 4)
+                        _taps(g, False, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
+                              b0, dst + q * L * 4, block_bytes)
                         q += 1
-                c0 = blk * L
-                nl = min(L, m - c0)
-                row0 = img * m + c0
-                if not epilogue:
-                    unstage(ob, nl, p, y[row0:row0 + nl], r0 * ow)
-                elif local:
-                    run_epilogue(ob.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
-                                 full0, full1, vecs, scratch[t])
-                    unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
-                else:
-                    lanes = a.reshape(L, -1)
-                    unstage(ob, nl, p, lanes, 0)
-                    for lane in range(nl):
-                        run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm,
+                for k in range(g):
+                    c0 = (grp * g + k) * L
+                    if c0 >= m:
+                        break
+                    nl = min(L, m - c0)
+                    row0 = img * m + c0
+                    ok = ob[k]
+                    if not epilogue:
+                        unstage(ok, nl, p, y[row0:row0 + nl], r0 * ow)
+                    elif local:
+                        run_epilogue(ok.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
                                      full0, full1, vecs, scratch[t])
+                        unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
+                    else:
+                        lanes = a.reshape(L, -1)
+                        unstage(ok, nl, p, lanes, 0)
+                        for lane in range(nl):
+                            run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm,
+                                         full0, full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -136,15 +171,17 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         band = max(1, -(-geo.n * geo.oh // (2 * nthreads)))
     rows_in = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
     blocks = -(-geo.m // L)
+    g = max(d for d in (1, 2, 3, 4) if blocks % d == 0)  # blocks per group, none wasted
+    groups = blocks // g
     k = geo.c * geo.kh * geo.kw
     stage = np.zeros((nthreads, geo.c, rows_in, cols), np.float32)
-    obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
+    obuf = np.zeros((nthreads, g, band * geo.ow, L), np.float32)
     acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
     offs = np.array([((ci * rows_in + i * geo.dh) * cols + j * geo.dw) * 4
                      for ci in range(geo.c) for i in range(geo.kh) for j in range(geo.kw)],
                     np.int64)
-    wp = np.zeros((blocks, k, L), np.float32)
-    bp = np.zeros((blocks, L), np.float32)
+    wp = np.zeros((groups, k, g * L), np.float32)
+    bp = np.zeros((groups, g * L), np.float32)
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
                         band * geo.ow * (L if local else 1))
@@ -154,7 +191,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     def pack(w: np.ndarray) -> None:
         flat = np.zeros((blocks * L, k), np.float32)
         flat[:geo.m] = w.reshape(geo.m, k)
-        wp[:] = flat.reshape(blocks, L, k).transpose(0, 2, 1)
+        # wp[group, tap, block·16 + lane] = w[(group·g + block)·16 + lane, tap]
+        wp[:] = flat.reshape(groups, g * L, k).transpose(0, 2, 1)
 
     packed = Derived(pack)
 

@@ -123,21 +123,25 @@ def transpose16(typingctx, src, src_step, dst, dst_step, bias):  # type: ignore[
     return sig, codegen
 
 
-def tap_sum(pixels: int, broadcast: bool = False) -> Callable[..., None]:
-    """An intrinsic ``(src, pixel_step, offsets, weights, taps, bias, dst)`` (int64 byte
-    addresses and strides; ``offsets`` the address of ``taps`` int64 byte offsets):
-    for p < pixels, the vector at dst + 64·p = bias + Σ_t weights[t] · src[p·pixel_step +
-    offsets[t]], accumulated in registers over the taps. Without ``broadcast`` every
-    operand is a vector of 16 channels (a depthwise convolution on 16 channels); with it
-    the source is one float, spread over the lanes, and the weights hold 16 output
-    channels (a direct convolution producing 16 channels per accumulator)."""
+def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1) -> Callable[..., None]:
+    """An intrinsic ``(src, pixel_step, offsets, weights, taps, bias, dst, dst_step)``
+    (int64 byte addresses and strides; ``offsets`` the address of ``taps`` int64 byte
+    offsets): for p < pixels and b < blocks, the vector at dst + b·dst_step + 64·p =
+    bias[b] + Σ_t weights[t, b] · src[p·pixel_step + offsets[t]], accumulated in registers
+    over the taps (weights[t, b] at weights + 64·(t·blocks + b), bias[b] at bias + 64·b).
+    Without ``broadcast`` every operand is a vector of 16 channels (a depthwise convolution
+    on 16 channels, one block); with it the source is one float, spread over the lanes,
+    and each block of weights holds 16 output channels (a direct convolution producing
+    16·blocks channels of ``pixels`` pixels, each input value loaded once for them all)."""
+    if blocks > 1 and not broadcast:
+        raise ValueError("several blocks need a broadcast source")
 
     @intrinsic
-    def apply(typingctx, src, step, offsets, weights, taps, bias, dst):  # type: ignore[no-untyped-def]
-        sig = types.void(*([types.int64] * 7))
+    def apply(typingctx, src, step, offsets, weights, taps, bias, dst, dst_step):  # type: ignore[no-untyped-def]
+        sig = types.void(*([types.int64] * 8))
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            s, st, offs, w, n, b, d = args
+            s, st, offs, w, n, b, d, ds = args
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
 
@@ -146,7 +150,8 @@ def tap_sum(pixels: int, broadcast: bool = False) -> Callable[..., None]:
 
             bases = [builder.add(s, builder.mul(st, ir.Constant(_I64, p)))
                      for p in range(pixels)]
-            start = builder.load(vec(b), align=4)
+            starts = [builder.load(vec(builder.add(b, ir.Constant(_I64, 64 * k))), align=4)
+                      for k in range(blocks)]
             entry = builder.block
             fn = builder.function
             loop = fn.append_basic_block("taps.loop")
@@ -155,15 +160,18 @@ def tap_sum(pixels: int, broadcast: bool = False) -> Callable[..., None]:
             builder.position_at_end(loop)
             t = builder.phi(_I64)
             t.add_incoming(ir.Constant(_I64, 0), entry)
-            accs = []
+            accs = []  # pixel-major: accs[p·blocks + k]
             for _ in range(pixels):
-                phi = builder.phi(_VEC)
-                phi.add_incoming(start, entry)
-                accs.append(phi)
+                for k in range(blocks):
+                    phi = builder.phi(_VEC)
+                    phi.add_incoming(starts[k], entry)
+                    accs.append(phi)
             off = builder.load(builder.inttoptr(
                 builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))), _I64.as_pointer()))
-            wv = builder.load(vec(builder.add(w, builder.mul(t, ir.Constant(_I64, 64)))),
-                              align=4)
+            row = builder.add(w, builder.mul(t, ir.Constant(_I64, 64 * blocks)))
+            wvs = [builder.load(vec(builder.add(row, ir.Constant(_I64, 64 * k))), align=4)
+                   for k in range(blocks)]
+
             def source(base):  # type: ignore[no-untyped-def]
                 addr = builder.add(base, off)
                 if not broadcast:
@@ -175,15 +183,22 @@ def tap_sum(pixels: int, broadcast: bool = False) -> Callable[..., None]:
                     lane0, ir.Constant(_VEC, ir.Undefined),
                     ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
 
-            new = [builder.call(fma, [wv, source(base), acc]) for base, acc in zip(bases, accs)]
+            new = []
+            for p, base in enumerate(bases):
+                x = source(base)
+                for k in range(blocks):
+                    new.append(builder.call(fma, [wvs[k], x, accs[p * blocks + k]]))
             nxt = builder.add(t, ir.Constant(_I64, 1))
             t.add_incoming(nxt, loop)
             for phi, value in zip(accs, new):
                 phi.add_incoming(value, loop)
             builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
             builder.position_at_end(done)
-            for p, value in enumerate(new):
-                builder.store(value, vec(builder.add(d, ir.Constant(_I64, 64 * p))), align=4)
+            for p in range(pixels):
+                for k in range(blocks):
+                    at = builder.add(builder.add(d, builder.mul(ds, ir.Constant(_I64, k))),
+                                     ir.Constant(_I64, 64 * p))
+                    builder.store(new[p * blocks + k], vec(at), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
