@@ -208,7 +208,8 @@ def main() -> None:
                         "onnxruntime": ort.__version__, "blas": blas},
             "settings": {"runs": args.runs, "seconds": args.seconds, "settle_s": args.settle,
                          "attempts": args.attempts, "max_others_load": args.max_load,
-                         "rounds": "alternating rounds of ~50 ms, switch-over run not counted",
+                         "rounds": "alternating rounds of ~0.5 s, runs of the first 0.1 s "
+                                   "not counted (the other engine's threads still spin)",
                          "ort_threads": cores(), "ort_optimization": "ORT_ENABLE_ALL"},
             "geomean_ratio": means, "results": rows}
         out.write_text(json.dumps(report, indent=1) + "\n")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -11,41 +10,44 @@ import numpy as np
 
 T = TypeVar("T")
 
-# Each engine runs in rounds lasting about this long (at least two runs each round).
-ROUND_S = 0.05
+# Each engine runs in rounds lasting about this long; the runs of a round's first
+# WARM_S are not counted.
+ROUND_S = 0.5
+WARM_S = 0.1
 
 
 def alternate(runs: Mapping[str, Callable[[], object]], min_runs: int = 20,
               min_seconds: float = 2.0, max_seconds: float = 300.0) -> dict[str, float]:
     """Median milliseconds of each callable, the callables taking turns, until each ran
-    ``min_runs`` times and for ``min_seconds`` in total (or ``max_seconds`` passed).
+    ``min_runs`` counted times and for ``min_seconds`` in total (or ``max_seconds`` passed).
 
     Taking turns spreads the machine's slow moments (other tenants, frequency changes)
-    evenly over the engines, so that their ratio stays meaningful. A turn is a short round
-    of runs whose first run is not counted: right after a switch the other engine's worker
-    threads are still spinning on the same cores, which slows whichever engine comes next
-    (measured here: up to 2× on a 2-core machine), a cost neither engine has in service.
+    evenly over the engines, so that their ratio stays meaningful. A turn is a round of
+    about ROUND_S whose first WARM_S (at least one run) is not counted: after a switch the
+    other engine's worker threads keep spinning on the same cores — onnxruntime's for more
+    than 20 ms after its last run (measured here: a 3.6 ms pydla run took 10-14 ms right
+    after onnxruntime's, and short rounds made such runs the median) — a cost neither
+    engine has in service, where it runs alone.
     """
-    estimate = {}
-    for name, fn in runs.items():  # warm-up, and the length of one run
+    for fn in runs.values():  # warm-up
         fn()
-        start = time.perf_counter()
-        fn()
-        estimate[name] = time.perf_counter() - start
-    per_round = {name: min(50, max(2, math.ceil(ROUND_S / max(t, 1e-6))))
-                 for name, t in estimate.items()}
     samples: dict[str, list[float]] = {name: [] for name in runs}
     spent = dict.fromkeys(runs, 0.0)
     deadline = time.perf_counter() + max_seconds
     while True:
         for name, fn in runs.items():
-            fn()  # the switch-over run
-            for _ in range(per_round[name]):
+            begin = time.perf_counter()
+            fn()  # the switch-over run, never counted
+            while time.perf_counter() - begin < WARM_S:
+                fn()
+            while True:
                 start = time.perf_counter()
                 fn()
-                dt = time.perf_counter() - start
-                samples[name].append(dt)
-                spent[name] += dt
+                end = time.perf_counter()
+                samples[name].append(end - start)
+                spent[name] += end - start
+                if end - begin >= ROUND_S:
+                    break
         done = all(len(s) >= min_runs and spent[n] >= min_seconds for n, s in samples.items())
         if done or (time.perf_counter() > deadline and all(len(s) >= 3 for s in
                                                             samples.values())):
