@@ -47,7 +47,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
 
 PACKED_B_FLOATS = 1 << 18  # one thread's packed block of X (1 MiB)
-STAGED_FLOATS = 1 << 16  # with an epilogue, one thread's staged block of Y (256 KiB)
+STAGED_FLOATS = 1 << 16  # one thread's staged block of Y (256 KiB), when staged
 
 
 def _up(value: int, step: int) -> int:
@@ -114,6 +114,9 @@ def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: 
     tasks = n * cb * rb
     per = -(-tasks // nthreads)
     epilogue = code.shape[0] > 0
+    # Through the staging block: with an epilogue, or when the rows end in a ragged panel
+    # (the GEMM then computes whole panels instead of patching up edges one by one).
+    staged = epilogue or m % MR != 0
     for t in prange(nthreads):
         packed = -1  # consecutive tasks share a column block: pack it once
         for task in range(t * per, min(tasks, (t + 1) * per)):
@@ -129,7 +132,7 @@ def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: 
                     pack_b(x[img].reshape(-1)[c0 + full:], p, c, c1 - c0 - full, bp[t])
                 packed = block
             columns = x.ctypes.data + (img * c * p + c0) * 4
-            if not epilogue:
+            if not staged:
                 at = (img * m + r0) * p + c0
                 if full:
                     gemm_gather(r1 - r0, full, c, ap, m, r0 // MR, offs, columns, yf, at, p,
@@ -142,17 +145,23 @@ def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: 
                     row += bias[r]
             else:
                 blk = acc[t]
+                # Whole panels: the staging block has room and the packed weights are
+                # zero-padded, so a ragged last panel needs no patching up.
+                whole = -(-(r1 - r0) // MR) * MR
                 if full:
-                    gemm_gather(r1 - r0, full, c, ap, m, r0 // MR, offs, columns, blk, 0, cols,
+                    gemm_gather(whole, full, c, ap, m, r0 // MR, offs, columns, blk, 0, cols,
                                 edge[t])
                 if c1 - c0 > full:
-                    gemm_packed(r1 - r0, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], blk, full,
+                    gemm_packed(whole, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], blk, full,
                                 cols, edge[t])
                 for r in range(r0, r1):
                     row = blk[(r - r0) * cols:(r - r0) * cols + c1 - c0]
                     row += bias[r]
-                    run_epilogue(row, y, img * m + r, c0, code, prm, full0, full1, vecs,
-                                 scratch[t])
+                    if epilogue:
+                        run_epilogue(row, y, img * m + r, c0, code, prm, full0, full1, vecs,
+                                     scratch[t])
+                    else:
+                        y[img * m + r, c0:c1] = row
 
 
 @njit(cache=True)
@@ -170,11 +179,12 @@ def applies(spec: LayerSpec) -> bool:
 
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     m, c, p = geo.m, geo.c, geo.pixels
-    rows, cols = blocks(m, p, c, geo.n, nthreads, epi.steps > 0)
+    staged = epi.steps > 0 or m % MR != 0  # as in the kernel
+    rows, cols = blocks(m, p, c, geo.n, nthreads, staged)
     ap = np.zeros(packed_a_size(m, c), np.float32)
     bp = np.zeros((nthreads, _up(cols, NR) * c), np.float32)
     edge = np.zeros((nthreads, MR * NR), np.float32)
-    acc = np.zeros((nthreads, rows * cols if epi.steps else 1), np.float32)
+    acc = np.zeros((nthreads, rows * cols if staged else 1), np.float32)
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, cols)
     zeros = np.zeros(m, np.float32)
     offs = np.arange(c, dtype=np.int64) * (p * 4)  # the channels' rows, in bytes
