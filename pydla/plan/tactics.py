@@ -140,6 +140,10 @@ class _Evictor:
             self._buf = np.ones(2 * _last_level_cache_bytes() // 4, np.float32)
         self._buf += 1.0  # read and write every line: the cache now holds this buffer
 
+    def release(self) -> None:
+        """Free the buffer (twice the cache: tens of MiB) once the tactics are chosen."""
+        self._buf = None
+
 
 _evict = _Evictor()
 
@@ -227,3 +231,4 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
         ctx.note(f"tactics: {node.op} {node.name!r} -> {node.tactic} ("
                  + ", ".join(f"{n} {ms:.3f} ms" for n, ms in sorted(timings.items(),
                                                                   key=lambda x: x[1])) + ")")
+    _evict.release()

@@ -48,21 +48,29 @@ class _BackendStamp:
         return source_stamp()
 
 
-class _UserProvided(_BackendStamp, caching.UserProvidedCacheLocator):
+def _numba(name: str) -> Any:
+    """A numba caching class by its current name, or its name before numba 0.60."""
+    found = getattr(caching, name, None) or getattr(caching, "_" + name, None)
+    if found is None:
+        raise ImportError(f"numba {numba.__version__} has no numba.core.caching.{name}")
+    return found
+
+
+class _UserProvided(_BackendStamp, _numba("UserProvidedCacheLocator")):  # type: ignore[misc]
     pass
 
 
-class _InTree(_BackendStamp, caching.InTreeCacheLocator):
+class _InTree(_BackendStamp, _numba("InTreeCacheLocator")):  # type: ignore[misc]
     pass
 
 
-class _UserWide(_BackendStamp, caching.UserWideCacheLocator):
+class _UserWide(_BackendStamp, _numba("UserWideCacheLocator")):  # type: ignore[misc]
     pass
 
 
 def install() -> None:
     """Idempotent; must run before the kernel modules are imported (their decorators pick
     a locator)."""
-    locators = caching.CacheImpl._locator_classes
+    locators = _numba("CacheImpl")._locator_classes
     if _UserProvided not in locators:
         locators[:0] = [_UserProvided, _InTree, _UserWide]

@@ -31,12 +31,19 @@ def bind_conv(spec: LayerSpec, make: Make) -> RunFn:
     nthreads = threads.configure()
     epi = compile_epilogue(spec)
     if epi is None:
-        program = spec.attrs["epilogue"]
-        wide = {**program, "program": [{**s, "dtype": "float32"} for s in program["program"]]}
-        spec32 = LayerSpec(spec.name, spec.op, {**spec.attrs, "epilogue": wide}, spec.inputs,
-                           spec.outputs, spec.tactic)
-        return with_epilogue(spec32, lambda plain: bind_conv(plain, make))
+        return generic_epilogue(spec, lambda plain: bind_conv(plain, make))
     return make(spec, geo, epi, nthreads)
+
+
+def generic_epilogue(spec: LayerSpec, bind: Callable[[LayerSpec], RunFn]) -> RunFn:
+    """``bind`` on the layer without its epilogue, the epilogue run after it on the generic
+    path (its steps in float32, as the fast kernels compute): for an epilogue whose extra
+    inputs broadcast in a way the kernels do not read."""
+    program = spec.attrs["epilogue"]
+    wide = {**program, "program": [{**s, "dtype": "float32"} for s in program["program"]]}
+    spec32 = LayerSpec(spec.name, spec.op, {**spec.attrs, "epilogue": wide}, spec.inputs,
+                       spec.outputs, spec.tactic)
+    return with_epilogue(spec32, bind)
 
 
 def bias_of(inputs: Sequence[np.ndarray | None], geo: Conv2d, zeros: np.ndarray) -> np.ndarray:
@@ -93,6 +100,20 @@ def with_registers(call: Thunk, args: EpilogueArgs, inputs: Sequence[np.ndarray 
 
     def thunk() -> None:
         args.gather(inputs, changing_only=True)
+        call()
+
+    return thunk
+
+
+def with_bias_copy(call: Thunk, bias: np.ndarray, dst: np.ndarray) -> Thunk:
+    """``call`` reading the bias from ``dst`` (a packed table): copied now, and again
+    before every run when it can change (a writable array is an input, not a weight)."""
+    dst[:bias.size] = bias
+    if not bias.flags.writeable:
+        return call
+
+    def thunk() -> None:
+        dst[:bias.size] = bias
         call()
 
     return thunk

@@ -25,6 +25,7 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     bind_conv,
     out_rows,
     runner,
+    with_bias_copy,
     with_registers,
 )
 from pydla.backends.cpu.kernels.conv_fast.depthwise import applies
@@ -50,41 +51,25 @@ def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left:
            st: np.ndarray, flat: np.ndarray) -> None:
     """st[r, q, l] = x[img, c0 + l, iy0 + r, q - left], zero outside the image, transposed
     16 pixels × 16 channels at a time: straight into the staged rows when they are whole
-    vectors wide,
-    else through ``flat`` (pixels, 16) — consecutive short rows as one run — then copied
-    row by row between the zero borders."""
+    vectors wide, else first into ``flat`` (pixels, 16) — consecutive short rows as one
+    run — and copied from there row by row between the zero borders."""
     h, w = x.shape[2], x.shape[3]
     cols = st.shape[1]
     a, b = max(0, iy0), min(h, iy0 + rows)  # input rows inside the image
     width = min(w, cols - left)
-    if nl == L and width % L == 0:
-        # Rows of whole vectors: transposed straight into the staged rows.
-        sf = st.reshape(-1)
-        line = cols * L
-        for r in range(rows):
-            iy = iy0 + r
-            row = sf[r * line:(r + 1) * line]
-            if iy < a or iy >= b:
-                row[:] = 0
-                continue
-            row[:left * L] = 0
-            row[(left + width) * L:] = 0
-            src = x.ctypes.data + (((img * x.shape[1] + c0) * h + iy) * w) * 4
-            dst = st.ctypes.data + (r * line + left * L) * 4
-            for q in range(0, width, L):
-                transpose16(src + q * 4, h * w * 4, dst + q * L * 4, L * 4, 0)
-        return
-    n = max(0, b - a) * w
-    k = 0
-    if nl == L:
-        src = x.ctypes.data + (((img * x.shape[1] + c0) * h + a) * w) * 4
-        while k + L <= n:
-            transpose16(src + k * 4, h * w * 4, flat.ctypes.data + k * L * 4, L * 4, 0)
-            k += L
-    for lane in range(nl):
-        plane = x[img, c0 + lane].reshape(-1)
-        for p in range(k, n):
-            flat[p, lane] = plane[a * w + p]
+    direct = nl == L and width % L == 0
+    if not direct:
+        n = max(0, b - a) * w
+        k = 0
+        if nl == L:
+            src = x.ctypes.data + (((img * x.shape[1] + c0) * h + a) * w) * 4
+            while k + L <= n:
+                transpose16(src + k * 4, h * w * 4, flat.ctypes.data + k * L * 4, L * 4, 0)
+                k += L
+        for lane in range(nl):
+            plane = x[img, c0 + lane].reshape(-1)
+            for p in range(k, n):
+                flat[p, lane] = plane[a * w + p]
     sf, ff = st.reshape(-1), flat.reshape(-1)  # flat views: unit-stride copies
     line = cols * L
     for r in range(rows):
@@ -95,8 +80,13 @@ def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left:
             continue
         row[:left * L] = 0
         row[(left + width) * L:] = 0
-        src = ff[(iy - a) * w * L:((iy - a) * w + width) * L]
-        row[left * L:(left + width) * L] = src
+        if direct:
+            src = x.ctypes.data + (((img * x.shape[1] + c0) * h + iy) * w) * 4
+            dst = st.ctypes.data + (r * line + left * L) * 4
+            for q in range(0, width, L):
+                transpose16(src + q * 4, h * w * 4, dst + q * L * 4, L * 4, 0)
+        else:
+            row[left * L:(left + width) * L] = ff[(iy - a) * w * L:((iy - a) * w + width) * L]
 
 
 @njit(inline="always", error_model="numpy")
@@ -133,6 +123,28 @@ def unstage(ob: np.ndarray, nl: int, p: int, dst: np.ndarray, d0: int) -> None:
             out[d0 + j] = ob[j, lane]
 
 
+@njit(inline="always", error_model="numpy")
+def emit(ob: np.ndarray, nl: int, p: int, y: np.ndarray, row0: int, col0: int,
+         a: np.ndarray, local: bool, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
+         full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
+    """A block of nl ≤ 16 channels (ob: p pixels × 16) to its NCHW rows y[row0 + l,
+    col0:col0 + p] through the layer's epilogue; ``a`` (p·16 floats) is scratch. An
+    epilogue reading no extra inputs (``local``) runs on the whole block in its layout,
+    others on each channel's row after the transpose."""
+    if code.shape[0] == 0:
+        unstage(ob, nl, p, y[row0:row0 + nl], col0)
+    elif local:
+        run_epilogue(ob.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm, full0, full1,
+                     vecs, scratch)
+        unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], col0)
+    else:
+        lanes = a.reshape(L, -1)
+        unstage(ob, nl, p, lanes, 0)
+        for lane in range(nl):
+            run_epilogue(lanes[lane, :p], y, row0 + lane, col0, code, prm, full0, full1, vecs,
+                         scratch)
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
 def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                   y: np.ndarray, kh: int, sh: int, sw: int, dh: int, top: int, left: int,
@@ -149,7 +161,6 @@ def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarra
     bands = -(-oh // band)
     tasks = n * blocks * bands
     per = -(-tasks // nthreads)
-    epilogue = code.shape[0] > 0
     for t in prange(nthreads):
         st, ob, a = stage[t], obuf[t], acc[t]
         for task in range(t * per, min(tasks, (t + 1) * per)):
@@ -163,20 +174,8 @@ def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarra
                    st, flat[t])
             _taps(st, wp[blk], bp[blk], offs, ob, rows, ow, sh, sw)
             p = rows * ow
-            row0 = img * c + c0
-            if not epilogue:
-                unstage(ob, nl, p, y[row0:row0 + nl], r0 * ow)
-            elif local:
-                # No extra inputs: the program runs on the whole block in its layout.
-                run_epilogue(ob.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
-                             full0, full1, vecs, scratch[t])
-                unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
-            else:
-                lanes = a.reshape(L, -1)
-                unstage(ob, nl, p, lanes, 0)
-                for lane in range(nl):
-                    run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm, full0,
-                                 full1, vecs, scratch[t])
+            emit(ob, nl, p, y, img * c + c0, r0 * ow, a, local, code, prm, full0, full1,
+                 vecs, scratch[t])
 
 
 def _band(geo: Conv2d, cols: int, nthreads: int) -> int:
@@ -206,6 +205,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, band * geo.ow * (L if local else 1))
     zeros = np.zeros(geo.m, np.float32)
+    zeros.flags.writeable = False  # a constant bias
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
 
     def pack(w: np.ndarray) -> None:
@@ -219,19 +219,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        b = bias_of(inputs, geo, zeros)
-        bp.reshape(-1)[:geo.m] = b
         call = partial(depthwise_c16, x, wp, bp, offs,
                        out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.kh, geo.sh, geo.sw,
                        geo.dh, geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat,
                        obuf, acc, code, prm, full0, full1, vecs, scratch, local)
-        if b.flags.writeable and b is not zeros:
-            # A bias fed as an input may change between runs: re-pack it (m floats) each run.
-            def with_bias() -> None:
-                bp.reshape(-1)[:geo.m] = b
-                call()
-
-            return with_registers(packed.before(w, with_bias), args, inputs)
+        call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 
     return runner(prepare)

@@ -27,14 +27,14 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     bind_conv,
     out_rows,
     runner,
+    with_bias_copy,
     with_registers,
 )
-from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, unstage
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
     native_epilogue,
-    run_epilogue,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum
@@ -111,7 +111,6 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
     bands = -(-oh // band)
     tasks = n * bands
     per = -(-tasks // nthreads)
-    epilogue = code.shape[0] > 0
     for t in prange(nthreads):
         st, ob, a = stage[t], obuf[t], acc[t]
         row_bytes = st.shape[2] * 4
@@ -139,21 +138,8 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                     c0 = (grp * g + k) * L
                     if c0 >= m:
                         break
-                    nl = min(L, m - c0)
-                    row0 = img * m + c0
-                    ok = ob[k]
-                    if not epilogue:
-                        unstage(ok, nl, p, y[row0:row0 + nl], r0 * ow)
-                    elif local:
-                        run_epilogue(ok.reshape(-1)[:p * L], a.reshape(1, -1), 0, 0, code, prm,
-                                     full0, full1, vecs, scratch[t])
-                        unstage(a.reshape(-1, L), nl, p, y[row0:row0 + nl], r0 * ow)
-                    else:
-                        lanes = a.reshape(L, -1)
-                        unstage(ok, nl, p, lanes, 0)
-                        for lane in range(nl):
-                            run_epilogue(lanes[lane, :p], y, row0 + lane, r0 * ow, code, prm,
-                                         full0, full1, vecs, scratch[t])
+                    emit(ob[k], min(L, m - c0), p, y, img * m + c0, r0 * ow, a, local, code,
+                         prm, full0, full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -186,6 +172,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
                         band * geo.ow * (L if local else 1))
     zeros = np.zeros(geo.m, np.float32)
+    zeros.flags.writeable = False  # a constant bias
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
 
     def pack(w: np.ndarray) -> None:
@@ -200,19 +187,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        b = bias_of(inputs, geo, zeros)
-        bp.reshape(-1)[:geo.m] = b
         call = partial(direct_c16, x, wp, bp, offs,
                        out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.kh, geo.sh,
                        geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band, nthreads,
                        stage, obuf, acc, code, prm, full0, full1, vecs, scratch, local)
-        if b.flags.writeable and b is not zeros:
-            # A bias fed as an input may change between runs: re-pack it (m floats) each run.
-            def with_bias() -> None:
-                bp.reshape(-1)[:geo.m] = b
-                call()
-
-            return with_registers(packed.before(w, with_bias), args, inputs)
+        call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 
     return runner(prepare)

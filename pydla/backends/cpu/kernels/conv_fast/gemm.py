@@ -189,6 +189,21 @@ def pack_b(b: np.ndarray, ldb: int, k: int, n: int, dst: np.ndarray) -> None:
 
 
 @njit(inline="always", error_model="numpy")
+def _patch(c: np.ndarray, at: int, ldc: int, edge: np.ndarray, rows: int, cols: int,
+           first: int) -> None:
+    """A ragged block of C (rows × cols from ``at``) from the scratch block the micro-kernel
+    wrote: stored on the first K slice, added on the others."""
+    for r in range(rows):
+        dst = at + r * ldc
+        if first:
+            for j in range(cols):
+                c[dst + j] = edge[r * NR + j]
+        else:
+            for j in range(cols):
+                c[dst + j] += edge[r * NR + j]
+
+
+@njit(inline="always", error_model="numpy")
 def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndarray,
          c: np.ndarray, c0: int, ldc: int, edge: np.ndarray) -> None:
     """c[c0 + i·ldc + j] = Σ A[i, kk]·B[kk, j] for i < m, j < n; c a flat float32 array.
@@ -219,14 +234,7 @@ def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndar
                                      ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4, 1 - first)
                     else:  # a ragged block: through the scratch block
                         micro_kernel(ak, a_sk, a_sr, b, kc, ea, NR * 4, 0)
-                        for r in range(rows):
-                            dst = c0 + (p * MR + r) * ldc + s * NR
-                            if first:
-                                for j in range(cols):
-                                    c[dst + j] = edge[r * NR + j]
-                            else:
-                                for j in range(cols):
-                                    c[dst + j] += edge[r * NR + j]
+                        _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows, cols, first)
 
 
 @njit(inline="always", error_model="numpy")
@@ -254,14 +262,7 @@ def gemm_gather(m: int, n: int, k: int, ap: np.ndarray, rows: int, p0: int, offs
                                           1 - first)
                     else:
                         micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc, ea, NR * 4, 0)
-                        for r in range(rows_here):
-                            dst = c0 + (p * MR + r) * ldc + s * NR
-                            if first:
-                                for j in range(cols):
-                                    c[dst + j] = edge[r * NR + j]
-                            else:
-                                for j in range(cols):
-                                    c[dst + j] += edge[r * NR + j]
+                        _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows_here, cols, first)
 
 
 @njit(inline="always")

@@ -45,7 +45,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
 from pydla.backends.cpu.registry import tactic
 
-PACKED_B_BYTES = 1 << 19  # the columns one chunk of strips reads (kept within L2)
+COLUMN_BYTES = 1 << 19  # the columns one chunk of strips reads (kept within L2)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of the product (256 KiB)
 
 
@@ -140,7 +140,7 @@ def pack_filters(w: np.ndarray, group: int, ap: np.ndarray) -> None:
 
 
 def blocks(geo: Conv2d, grid: int, nthreads: int) -> tuple[int, int]:
-    """(strips per chunk, output channels per block). Normally chunks of packed columns
+    """(strips per chunk, output channels per block). Normally chunks whose columns
     that fit in L2 and no channel blocks. With too few strips to share out evenly (deep
     layers: few pixels, many channels), channel blocks (whole MR panels) instead, and a
     chunk is every strip: the filters, not the columns, are then what must be read once."""
@@ -149,7 +149,7 @@ def blocks(geo: Conv2d, grid: int, nthreads: int) -> tuple[int, int]:
     strips = -(-grid // NR)
     units = geo.n * geo.group * strips
     if units >= 4 * nthreads:
-        return max(1, PACKED_B_BYTES // (4 * k * NR)), MR * -(-mg // MR)
+        return max(1, COLUMN_BYTES // (4 * k * NR)), MR * -(-mg // MR)
     mb = min(-(-mg // MR), -(-4 * nthreads // units))
     per_block = -(-mg // mb)
     return strips, MR * -(-per_block // MR)

@@ -19,10 +19,10 @@ from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
+    generic_epilogue,
     out_rows,
     runner,
     with_registers,
@@ -134,11 +134,7 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
         raise KernelError(spec.name, spec.op, "not a 2-D ConvTranspose with kernel = stride")
     epi = compile_epilogue(spec)
     if epi is None:  # extra inputs broadcast in a way the kernels do not read
-        program = spec.attrs["epilogue"]
-        wide = {**program, "program": [{**s, "dtype": "float32"} for s in program["program"]]}
-        return with_epilogue(LayerSpec(spec.name, spec.op, {**spec.attrs, "epilogue": wide},
-                                       spec.inputs, spec.outputs, spec.tactic),
-                             bind_gemm_scatter)
+        return generic_epilogue(spec, bind_gemm_scatter)
     nthreads = threads.configure()
     taps = geo.kh * geo.kw
     mz = geo.m * taps  # the GEMM's rows
