@@ -18,6 +18,7 @@ from pydla.ir import Graph
 from pydla.loadable import read_loadable, write_loadable
 from pydla.passes import PassContext, PassManager, default_passes
 from pydla.plan.calibrate import tensor_ranges
+from pydla.plan.layouts import assign_layouts
 from pydla.plan.lower import IOFormat, lower
 from pydla.plan.precision import autocast
 from pydla.plan.tactics import TimingCache, choose_tactics
@@ -47,6 +48,9 @@ class BuildOptions:
     # Time every candidate kernel per layer (else pick by priority); --timingCacheFile.
     autotune: bool = True
     timing_cache: str | None = None
+    # Keep depthwise regions' activations in blocks of 16 channels (pydla.plan.layouts);
+    # off: every tensor planar (for comparisons).
+    blocked_layouts: bool = True
     progress: Callable[[int, int], Any] | None = None
     # --target: the backend the loadable is tuned for, "cpu" or "cuda"; a cuda loadable
     # records the GPU architecture (cuda_arch, e.g. "sm_90"; default: the visible GPU's)
@@ -88,6 +92,8 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
         for node in graph.nodes:
             node.tactic = REFERENCE
         return graph
+    if options.target == "cpu" and options.opt_level >= 2 and options.blocked_layouts:
+        assign_layouts(graph, ctx)
     # CPU kernels are timed only for the CPU; a cuda target is tuned on the GPU after
     # lowering (build → _tune_on_gpu).
     autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"

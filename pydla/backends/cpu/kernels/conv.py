@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.base import LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu.registry import kernel
 from pydla.errors import KernelError
 
@@ -109,6 +109,8 @@ def _conv_into(g: _Geometry, x: np.ndarray, w: np.ndarray, y: np.ndarray) -> Non
 
 @kernel("Conv")
 def bind_conv(spec: LayerSpec) -> RunFn:
+    if "layouts" in spec.attrs:
+        return _bind_blocked(spec)
     geo = _Geometry(spec)
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
@@ -119,6 +121,35 @@ def bind_conv(spec: LayerSpec) -> RunFn:
         _conv_into(geo, x.astype(y.dtype, copy=False), w.astype(y.dtype, copy=False), y)
         if b is not None:
             y += b.reshape(geo.bias_shape)
+
+    return run
+
+
+def _bind_blocked(spec: LayerSpec) -> RunFn:
+    """A layer in the channel-blocked layouts (pydla.plan.layouts): converted to planar
+    around the plain kernel — the reference the blocked tactics are tested against."""
+    from pydla.backends.cpu.kernels.conv_fast.geometry import conv2d
+    from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
+
+    g = conv2d(spec, blocked=True)
+    if g is None:
+        raise KernelError(spec.name, spec.op, f"layouts {spec.attrs['layouts']!r} do not fit "
+                          f"X {spec.inputs[0] and spec.inputs[0].shape}, output "
+                          f"{spec.outputs[0].shape}")
+    x, y = spec.inputs[0], spec.outputs[0]
+    assert x is not None
+    attrs = {k: v for k, v in spec.attrs.items() if k != "layouts"}
+    plain = LayerSpec(spec.name, spec.op, attrs,
+                      (TensorSpec((g.n, g.c, g.h, g.w), x.dtype), *spec.inputs[1:]),
+                      (TensorSpec((g.n, g.m, g.oh, g.ow), y.dtype),), spec.tactic)
+    inner = bind_conv(plain)
+
+    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+        xs = inputs[0]
+        assert xs is not None
+        planar = np.empty((g.n, g.m, g.oh, g.ow), outputs[0].dtype)
+        inner([to_planar(xs, g.c) if g.x_blocked else xs, *inputs[1:]], [planar])
+        np.copyto(outputs[0], to_blocked(planar) if g.y_blocked else planar)
 
     return run
 

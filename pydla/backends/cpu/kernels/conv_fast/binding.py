@@ -19,20 +19,33 @@ from pydla.errors import KernelError
 Make = Callable[[LayerSpec, Conv2d, Epilogue, int], RunFn]
 
 
-def bind_conv(spec: LayerSpec, make: Make) -> RunFn:
+def bind_conv(spec: LayerSpec, make: Make, blocked: bool = False) -> RunFn:
     """Bind a fast tactic: ``make(spec, geometry, epilogue, threads)`` returns the RunFn.
 
     An epilogue whose extra inputs broadcast in a way the kernels do not read runs on the
     generic path after the tactic's own kernel (its steps in float32, as the kernel is).
+    ``blocked``: the tactic reads the channel-blocked layouts; the epilogue of a layer
+    with a blocked output must then read full-shape registers only (the blocked kernels
+    run it on runs of whole blocks, where a per-channel operand has no row of its own).
     """
-    geo = conv2d(spec)
+    geo = conv2d(spec, blocked)
     if geo is None:
-        raise KernelError(spec.name, spec.op, "not a 2-D float convolution")
+        raise KernelError(spec.name, spec.op, "not a 2-D float convolution"
+                          + (" in the layouts this tactic reads" if blocked else ""))
     nthreads = threads.configure()
     epi = compile_epilogue(spec)
+    if geo.y_blocked and (epi is None or epi.vec):
+        raise KernelError(spec.name, spec.op, "a blocked output's epilogue may read only "
+                          "tensors of the output's shape")
     if epi is None:
-        return generic_epilogue(spec, lambda plain: bind_conv(plain, make))
+        return generic_epilogue(spec, lambda plain: bind_conv(plain, make, blocked))
     return make(spec, geo, epi, nthreads)
+
+
+def blocked_epilogue_ok(spec: LayerSpec) -> bool:
+    """Whether a blocked-output layer's epilogue reads full-shape registers only."""
+    epi = compile_epilogue(spec)
+    return epi is not None and not epi.vec
 
 
 def generic_epilogue(spec: LayerSpec, bind: Callable[[LayerSpec], RunFn]) -> RunFn:

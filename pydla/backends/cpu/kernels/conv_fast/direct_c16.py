@@ -8,7 +8,8 @@ output pixel, the K input values it reads are each spread over the lanes and mul
 by that tap's 16 weights, accumulated in registers (``simd.tap_sum`` with broadcast) — the
 input's NCHW planes read in place through a table of tap offsets into a zero-bordered band.
 Blocks of 16 output channels leave in channels-innermost layout and are transposed to
-NCHW rows through the layer's epilogue (as in ``depthwise_c16``).
+NCHW rows through the layer's epilogue (as in ``depthwise_c16``) — or, as the first layer
+of a channel-blocked network (pydla.plan.layouts), stored as they are.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     Thunk,
     bias_of,
     bind_conv,
+    blocked_epilogue_ok,
     out_rows,
     runner,
     with_bias_copy,
     with_registers,
 )
-from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
@@ -100,13 +102,13 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
                obuf: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
                full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray,
-               local: bool) -> None:
+               local: bool, m: int, blocked: bool) -> None:
     """x (n, c, h, w); wp (groups, K, g·16) and bp (groups, g·16) packed, g blocks of 16
     output channels per group; offs the K taps' byte offsets in a staged band; y (n·m,
-    oh·ow). Per thread: stage (c, rows, cols), obuf (g, band·ow, 16), acc (band·ow·16).
-    ``local``: the epilogue reads no extra inputs."""
+    oh·ow), or (n·⌈m/16⌉, oh·ow·16) when ``blocked``. Per thread: stage (c, rows, cols),
+    obuf (g, band·ow, 16), acc (band·ow·16). ``local``: the epilogue reads no extra
+    inputs."""
     n = x.shape[0]
-    m = y.shape[0] // n
     groups, taps, g = wp.shape[0], wp.shape[1], wp.shape[2] // L
     bands = -(-oh // band)
     tasks = n * bands
@@ -138,6 +140,10 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                     c0 = (grp * g + k) * L
                     if c0 >= m:
                         break
+                    if blocked:
+                        emit_blocked(ob[k], p, y, img * groups * g + grp * g + k, r0 * ow * L,
+                                     code, prm, full0, full1, vecs, scratch[t])
+                        continue
                     emit(ob[k], min(L, m - c0), p, y, img * m + c0, r0 * ow, a, local, code,
                          prm, full0, full1, vecs, scratch[t])
 
@@ -169,8 +175,10 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     wp = np.zeros((groups, k, g * L), np.float32)
     bp = np.zeros((groups, g * L), np.float32)
     local = not epi.full and not epi.vec
+    blocked = geo.y_blocked
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
-                        band * geo.ow * (L if local else 1))
+                        band * geo.ow * (L if local or blocked else 1))
+    y_shape = (geo.n * blocks, geo.pixels * L) if blocked else (geo.n * geo.m, geo.pixels)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
@@ -187,16 +195,29 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(direct_c16, x, wp, bp, offs,
-                       out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.kh, geo.sh,
-                       geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band, nthreads,
-                       stage, obuf, acc, code, prm, full0, full1, vecs, scratch, local)
+        call = partial(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
+                       geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
+                       nthreads, stage, obuf, acc, code, prm, full0, full1, vecs, scratch,
+                       local, geo.m, blocked)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 
     return runner(prepare)
 
 
+def applies_blocked(spec: LayerSpec) -> bool:
+    """A stem from a planar input into the blocked layout."""
+    g = conv2d(spec, blocked=True)
+    return (g is not None and not g.x_blocked and g.y_blocked and g.group == 1
+            and g.c * g.kh * g.kw <= MAX_K and blocked_epilogue_ok(spec))
+
+
 @tactic("Conv", "direct_c16", applies=applies, native_epilogue=native_epilogue, priority=20)
 def bind_direct_c16(spec: LayerSpec) -> RunFn:
     return bind_conv(spec, _make)
+
+
+@tactic("Conv", "direct_nchw16c", applies=applies_blocked, native_epilogue=native_epilogue,
+        priority=20)
+def bind_direct_nchw16c(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make, blocked=True)

@@ -42,10 +42,14 @@ def _ptr(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int,
     return builder.inttoptr(builder.add(base, off), ty.as_pointer())
 
 
-def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_sk_: ir.Value, a_sr_: ir.Value,
-                   b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value, c_: ir.Value,
-                   ldc_: ir.Value, acc_flag: ir.Value) -> None:
-    """The micro-kernel's body; ``b_row_at(i)`` is the address of B's row i (32 floats)."""
+def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.Value], ir.Value],
+                   a_sr_: ir.Value, b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value,
+                   c_: ir.Value, ldc_: ir.Value, acc_flag: ir.Value,
+                   c_half: ir.Value | None = None, bias_: ir.Value | None = None) -> None:
+    """The micro-kernel's body: A's row r at step i is at a_ + r·a_sr_ + ``a_off_at(i)``,
+    ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is two vectors at
+    c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``: the address of
+    32 floats added to every row when C is stored rather than accumulated."""
     fn = builder.function
     # One base address per row of A, outside the loop.
     a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(MR)]
@@ -66,7 +70,7 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_sk_: ir.Value, a_sr_: 
     b_row = b_row_at(i)
     b0 = builder.load(_ptr(builder, b_row, 0, _VEC), align=4)
     b1 = builder.load(_ptr(builder, b_row, 4 * _LANES, _VEC), align=4)
-    a_off = builder.mul(i, a_sk_)
+    a_off = a_off_at(i)
     # Prefetch A ahead: packed weights stream from memory once per call (inside a network
     # they are not cached), and the hardware prefetcher alone left the FMAs waiting.
     prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
@@ -95,15 +99,21 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_sk_: ir.Value, a_sr_: 
 
     builder.position_at_end(done)
     add = builder.icmp_signed("!=", acc_flag, ir.Constant(_I64, 0))
+    biases = None
+    if bias_ is not None:
+        biases = [builder.load(_ptr(builder, bias_, 4 * _LANES * h, _VEC), align=4)
+                  for h in range(2)]
     for r in range(MR):
         row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
         for h in range(2):
-            ptr = _ptr(builder, row, 4 * _LANES * h, _VEC)
+            ptr = _ptr(builder, row, (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0,
+                       _VEC)
             value = new[2 * r + h]
             with builder.if_then(add):
                 builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
             with builder.if_then(builder.not_(add)):
-                builder.store(value, ptr, align=4)
+                builder.store(value if biases is None else builder.fadd(value, biases[h]), ptr,
+                              align=4)
 
 
 @intrinsic
@@ -115,7 +125,7 @@ def micro_kernel(typingctx, a, a_sk, a_sr, b, k, c, ldc, accumulate):  # type: i
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         a_, a_sk_, a_sr_, b_, k_, c_, ldc_, acc_flag = args
-        _micro_codegen(builder, a_, a_sk_, a_sr_,
+        _micro_codegen(builder, a_, lambda i: builder.mul(i, a_sk_), a_sr_,
                        lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
                        k_, c_, ldc_, acc_flag)
         return context.get_dummy_value()
@@ -136,7 +146,34 @@ def micro_kernel_rows(typingctx, a, a_sk, a_sr, offs, b, k, c, ldc, accumulate):
             at = builder.add(offs_, builder.mul(i, ir.Constant(_I64, 8)))
             return builder.add(b_, builder.load(builder.inttoptr(at, _I64.as_pointer())))
 
-        _micro_codegen(builder, a_, a_sk_, a_sr_, row_at, k_, c_, ldc_, acc_flag)
+        _micro_codegen(builder, a_, lambda i: builder.mul(i, a_sk_), a_sr_, row_at, k_, c_,
+                       ldc_, acc_flag)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def micro_kernel_blocked(typingctx, a, a_blk, a_sr, b, k, c, ldc, c_half, bias, accumulate):  # type: ignore[no-untyped-def]
+    """``micro_kernel`` on channel-blocked operands: A's rows are pixels of a blocked
+    tensor, A[r, kk] at a + (kk // 16)·a_blk + r·a_sr + 4·(kk % 16), and C's row r is two
+    vectors of 16 channels, at c + r·ldc and c + r·ldc + c_half (two blocks of a blocked
+    output), plus the 32 floats at ``bias`` when stored (``accumulate`` 0). B is packed
+    as for micro_kernel."""
+    sig = types.void(*([types.int64] * 10))
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a_, a_blk_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
+
+        def a_off(i: ir.Value) -> ir.Value:
+            blk = builder.mul(builder.ashr(i, ir.Constant(_I64, 4)), a_blk_)
+            lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)),
+                               ir.Constant(_I64, 4))
+            return builder.add(blk, lane)
+
+        _micro_codegen(builder, a_, a_off, a_sr_,
+                       lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
+                       k_, c_, ldc_, acc_flag, c_half_, bias_)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -123,7 +123,16 @@ def transpose16(typingctx, src, src_step, dst, dst_step, bias):  # type: ignore[
     return sig, codegen
 
 
-def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1) -> Callable[..., None]:
+def _splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """A float32 spread over the 16 lanes."""
+    lane0 = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value,
+                                   ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(lane0, ir.Constant(_VEC, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+
+def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
+            clamp: bool = False) -> Callable[..., None]:
     """An intrinsic ``(src, pixel_step, offsets, weights, taps, bias, dst, dst_step)``
     (int64 byte addresses and strides; ``offsets`` the address of ``taps`` int64 byte
     offsets): for p < pixels and b < blocks, the vector at dst + b·dst_step + 64·p =
@@ -132,16 +141,15 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1) -> Callable[.
     Without ``broadcast`` every operand is a vector of 16 channels (a depthwise convolution
     on 16 channels, one block); with it the source is one float, spread over the lanes,
     and each block of weights holds 16 output channels (a direct convolution producing
-    16·blocks channels of ``pixels`` pixels, each input value loaded once for them all)."""
+    16·blocks channels of ``pixels`` pixels, each input value loaded once for them all).
+    With ``clamp`` two more float32 arguments (lo, hi) bound every stored value — a fused
+    Relu or Clip (NaN passes through, as in the epilogue's)."""
     if blocks > 1 and not broadcast:
         raise ValueError("several blocks need a broadcast source")
 
-    @intrinsic
-    def apply(typingctx, src, step, offsets, weights, taps, bias, dst, dst_step):  # type: ignore[no-untyped-def]
-        sig = types.void(*([types.int64] * 8))
-
+    def make(sig):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            s, st, offs, w, n, b, d, ds = args
+            s, st, offs, w, n, b, d, ds = args[:8]
             fma = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
 
@@ -194,13 +202,120 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1) -> Callable[.
                 phi.add_incoming(value, loop)
             builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
             builder.position_at_end(done)
+            lo = hi = None
+            if clamp:
+                lo, hi = (_splat(builder, v) for v in args[8:10])
             for p in range(pixels):
                 for k in range(blocks):
                     at = builder.add(builder.add(d, builder.mul(ds, ir.Constant(_I64, k))),
                                      ir.Constant(_I64, 64 * p))
-                    builder.store(new[p * blocks + k], vec(at), align=4)
+                    value = new[p * blocks + k]
+                    if lo is not None and hi is not None:
+                        value = builder.select(builder.fcmp_ordered("<", value, lo), lo, value)
+                        value = builder.select(builder.fcmp_ordered(">", value, hi), hi, value)
+                    builder.store(value, vec(at), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    if clamp:
+        @intrinsic
+        def apply_clamped(typingctx, src, step, offsets, weights, taps, bias, dst, dst_step,  # type: ignore[no-untyped-def]
+                          lo, hi):
+            return make(types.void(*([types.int64] * 8), types.float32, types.float32))
+
+        return apply_clamped  # type: ignore[no-any-return]
+
+    @intrinsic
+    def apply(typingctx, src, step, offsets, weights, taps, bias, dst, dst_step):  # type: ignore[no-untyped-def]
+        return make(types.void(*([types.int64] * 8)))
+
+    return apply  # type: ignore[no-any-return]
+
+
+def vector_rows(op: str) -> Callable[..., None]:
+    """An intrinsic ``(src, dst, vec, count)`` (int64 byte addresses): for j < count the
+    16 floats at dst + 64·j = (those at src + 64·j) ``op`` (the 16 at vec) — op one of
+    mul, add, sub (src − vec), rsub (vec − src). A broadcast over the rows of a blocked
+    tensor, whole vectors at a time."""
+    if op not in ("mul", "add", "sub", "rsub"):
+        raise ValueError(f"unknown op {op!r}")
+
+    @intrinsic
+    def apply(typingctx, src, dst, vec, count):  # type: ignore[no-untyped-def]
+        sig = types.void(*([types.int64] * 4))
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            s, d, v, n = args
+            ptr = _VEC.as_pointer()
+            value = builder.load(builder.inttoptr(v, ptr), align=4)
+            entry = builder.block
+            fn = builder.function
+            loop = fn.append_basic_block("rows.loop")
+            done = fn.append_basic_block("rows.done")
+            builder.cbranch(builder.icmp_signed(">", n, ir.Constant(_I64, 0)), loop, done)
+            builder.position_at_end(loop)
+            j = builder.phi(_I64)
+            j.add_incoming(ir.Constant(_I64, 0), entry)
+            off = builder.mul(j, ir.Constant(_I64, 4 * LANES))
+            x = builder.load(builder.inttoptr(builder.add(s, off), ptr), align=4)
+            if op == "mul":
+                y = builder.fmul(x, value)
+            elif op == "add":
+                y = builder.fadd(x, value)
+            elif op == "sub":
+                y = builder.fsub(x, value)
+            else:
+                y = builder.fsub(value, x)
+            builder.store(y, builder.inttoptr(builder.add(d, off), ptr), align=4)
+            nxt = builder.add(j, ir.Constant(_I64, 1))
+            j.add_incoming(nxt, loop)
+            builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
+            builder.position_at_end(done)
             return context.get_dummy_value()
 
         return sig, codegen
 
     return apply
+
+
+@intrinsic
+def vector_sum(typingctx, src, count, step, dst, scale):  # type: ignore[no-untyped-def]
+    """The 16 floats at dst = scale · Σ_{j < count} (the 16 at src + j·step); addresses and
+    ``step`` int64 bytes, ``scale`` float32. A reduction over the rows of a blocked
+    tensor, in one vector register."""
+    sig = types.void(types.int64, types.int64, types.int64, types.int64, types.float32)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        s, n, st, d, k = args
+        ptr = _VEC.as_pointer()
+        zero = ir.Constant(_VEC, [0.0] * LANES)
+        entry = builder.block
+        fn = builder.function
+        loop = fn.append_basic_block("sum.loop")
+        done = fn.append_basic_block("sum.done")
+        builder.cbranch(builder.icmp_signed(">", n, ir.Constant(_I64, 0)), loop, done)
+        builder.position_at_end(loop)
+        j = builder.phi(_I64)
+        j.add_incoming(ir.Constant(_I64, 0), entry)
+        acc = builder.phi(_VEC)
+        acc.add_incoming(zero, entry)
+        x = builder.load(builder.inttoptr(builder.add(s, builder.mul(j, st)), ptr), align=4)
+        total = builder.fadd(acc, x)
+        nxt = builder.add(j, ir.Constant(_I64, 1))
+        j.add_incoming(nxt, loop)
+        acc.add_incoming(total, loop)
+        builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
+        builder.position_at_end(done)
+        result = builder.phi(_VEC)
+        result.add_incoming(zero, entry)
+        result.add_incoming(total, loop)
+        lanes = builder.insert_element(ir.Constant(_VEC, ir.Undefined), k,
+                                       ir.Constant(ir.IntType(32), 0))
+        lanes = builder.shuffle_vector(lanes, ir.Constant(_VEC, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                                                   [0] * LANES))
+        builder.store(builder.fmul(result, lanes), builder.inttoptr(d, ptr), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -1,0 +1,226 @@
+"""Channel-blocked activations: which tensors live as (n, ⌈c/16⌉, h, w, 16) between layers.
+
+onnxruntime keeps a MobileNet's activations in blocks of channels (NCHWc) from layer to
+layer, so that kernels computing 16 channels per vector need no transposes. The builder
+does the same where pydla has blocked kernels: depthwise convolutions, 1×1 convolutions
+(stride 1), stems with few input channels (planar in, blocked out), and the pointwise
+layers (residual adds, squeeze-excitation scaling) and global average pools between them.
+``Reorder`` layers convert at a region's edges; blocked tensors have their physical 5-D
+shape in the IR and the loadable, so memory planning needs nothing new, and the layer
+info shows each Conv's ``layouts`` and every Reorder.
+
+A region is blocked only if it holds a depthwise convolution: elsewhere (ResNet, YOLO)
+the planar kernels (Winograd, im2col) are as fast, and reorders around every 3×3 layer
+would be pure cost.
+
+Lanes past the last channel of a block are never read as data: producers write finite
+values there (zero weights and bias, then the epilogue; Reorder writes zero), consumers'
+weights for them are zero — which is why only pointwise ops that map finite values to
+finite values join a region.
+
+Contract: runs after the graph passes (epilogues fused) and precision assignment, before
+tactic choice; float32 layers only. Graph inputs and outputs stay planar; every value a
+planar layer reads is planar; results equal the planar graph's up to kernel rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydla.dtypes import DType
+from pydla.ir import Graph, Node, Value
+from pydla.passes import PassContext
+
+BLOCKED, PLANAR = "nchw16c", "nchw"
+BLOCK = 16
+MAX_STEM_K = 160  # c·kh·kw of a stem the direct kernel takes (conv_fast.direct_c16.MAX_K)
+MIN_PIXELS = 16  # 1×1 layers on smaller planes (squeeze-excitation vectors) stay planar
+# Pointwise ops that keep finite inputs finite (the padded lanes must stay harmless).
+SAFE_POINTWISE = frozenset({
+    "Add", "Sub", "Mul", "Max", "Min", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid",
+    "HardSwish", "Swish", "Tanh", "Neg", "Abs", "PRelu", "Identity",
+})
+# Epilogue ops the blocked convolution kernels run (conv_fast.epilogue).
+EPILOGUE_OPS = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
+                          "Swish", "Add", "Sub", "Mul", "Max", "Min"})
+
+
+def blocked_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    return (shape[0], -(-shape[1] // BLOCK), *shape[2:], BLOCK)
+
+
+def _f32(values: Sequence[Value | None]) -> bool:
+    return all(v is None or v.dtype == DType.FLOAT32 for v in values)
+
+
+def _epilogue_ok(node: Node, out: Value) -> bool:
+    epi = node.attrs.get("epilogue")
+    if epi is None:
+        return True
+    extras = node.inputs[len(node.inputs) - int(epi["inputs"]):]
+    if any(v is None or v.is_const or v.shape != out.shape for v in extras):
+        return False  # per-channel operands have no row of their own in a blocked run
+    return all(s["op"] in EPILOGUE_OPS and list(s["shape"]) == list(out.shape)
+               for s in epi["program"])
+
+
+def _conv_role(node: Node) -> str | None:
+    """'depthwise', 'pointwise' (1×1) or 'stem' for a Conv the blocked kernels run."""
+    x, w, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    if (x is None or w is None or x.is_const or not w.is_const or len(x.shape) != 4
+            or len(w.shape) != 4
+            or not _f32(node.inputs) or not _f32(node.outputs) or not _epilogue_ok(node, out)):
+        return None
+    a = node.attrs
+    group = int(a.get("group", 1))
+    m, cg, kh, kw = w.shape
+    if group == x.shape[1] == m and cg == 1:
+        return "depthwise"
+    if group != 1:
+        return None
+    if (kh, kw) == (1, 1) and list(a.get("strides") or [1, 1]) == [1, 1] \
+            and not any(a.get("pads") or []) and out.shape[2] * out.shape[3] >= MIN_PIXELS:
+        return "pointwise"
+    # A stem reads the network's image (or what a layer outside any region made of it).
+    if x.shape[1] * kh * kw <= MAX_STEM_K and m >= BLOCK and (
+            x.producer is None or _role(x.producer) is None):
+        return "stem"
+    return None
+
+
+def _pointwise_ok(node: Node) -> bool:
+    out = node.outputs[0]
+    if len(out.shape) != 4 or not _f32(node.inputs) or not _f32(node.outputs):
+        return False
+    n, c = out.shape[:2]
+    for v in node.inputs:
+        if v is None:
+            return False
+        if v.is_const:
+            if v.size != 1:
+                return False
+        elif v.shape != out.shape and v.shape not in ((n, c, 1, 1), (1, c, 1, 1)):
+            return False
+    steps = node.attrs.get("program", [{"op": node.op, "shape": list(out.shape)}])
+    return all(s["op"] in SAFE_POINTWISE and len(s["shape"]) == 4 and s["shape"][1] == c
+               for s in steps)
+
+
+def _role(node: Node) -> str | None:
+    if len(node.outputs) != 1:
+        return None
+    if node.op == "Conv":
+        return _conv_role(node)
+    if node.op == "Pointwise" or node.op in SAFE_POINTWISE:
+        return "pointwise_op" if "epilogue" not in node.attrs and _pointwise_ok(node) else None
+    if node.op == "GlobalAveragePool" and len(node.inputs[0].shape) == 4 \
+            and _f32(node.inputs):  # type: ignore[union-attr]
+        return "pool"
+    return None
+
+
+def _reads_blocked(node: Node, role: str) -> list[int]:
+    """Input positions a blocked layer reads in the blocked layout."""
+    if node.op == "Conv":  # X (a stem's image stays planar) and the epilogue's tensors
+        epi = node.attrs.get("epilogue")
+        own = len(node.inputs) - (int(epi["inputs"]) if epi else 0)
+        return ([] if role == "stem" else [0]) + list(range(own, len(node.inputs)))
+    return [i for i, v in enumerate(node.inputs) if v is not None and not v.is_const]
+
+
+def _regions(graph: Graph) -> dict[int, str]:
+    """id(node) → role for the layers of every region holding a depthwise convolution."""
+    roles = {id(n): r for n in graph.nodes if (r := _role(n)) is not None}
+    parent = {k: k for k in roles}
+
+    def find(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for node in graph.nodes:
+        if id(node) not in roles:
+            continue
+        for i in _reads_blocked(node, roles[id(node)]):
+            src = node.inputs[i].producer  # type: ignore[union-attr]
+            if src is not None and id(src) in roles:
+                parent[find(id(src))] = find(id(node))
+    keep = {find(k) for k, r in roles.items() if r == "depthwise"}
+    return {k: r for k, r in roles.items() if find(k) in keep}
+
+
+def assign_layouts(graph: Graph, ctx: PassContext) -> int:
+    """Put the depthwise regions of ``graph`` in the blocked layout; returns how many
+    layers run blocked (reorders not counted)."""
+    chosen = _regions(graph)
+    if not chosen:
+        return 0
+    blocked_of: dict[int, Value] = {}  # id(planar value) → its blocked twin
+    reorders = 0
+
+    def reorder(src: Value, dst: Value, to: str, channels: int) -> Node:
+        nonlocal reorders
+        reorders += 1
+        return Node("Reorder", graph.unique_node_name(f"reorder_{dst.name}"), [src], [dst],
+                    {"to": to, "channels": channels})
+
+    def twin(v: Value) -> Value:
+        vb = Value(graph.unique_name(f"{v.name}_nchw16c"), blocked_shape(v.shape), v.dtype,
+                   layout=BLOCKED)
+        blocked_of[id(v)] = vb
+        return vb
+
+    users = graph.consumers()
+    outputs = {id(v) for v in graph.outputs}
+    nodes: list[Node] = []
+    # Graph inputs a blocked layer reads: reordered first.
+    for v in graph.inputs:
+        if any(id(u) in chosen and _reads(u, v, chosen[id(u)]) for u in users.get(id(v), [])):
+            nodes.append(reorder(v, twin(v), BLOCKED, v.shape[1]))
+    for node in graph.nodes:
+        role = chosen.get(id(node))
+        if role is not None:
+            for i in _reads_blocked(node, role):
+                node.inputs[i] = blocked_of[id(node.inputs[i])]  # type: ignore[index]
+            out = node.outputs[0]
+            vb = twin(out)
+            vb.producer = node
+            node.outputs = [vb]
+            _convert(node, role, out)
+            nodes.append(node)
+            planar_users = [u for u in users.get(id(out), []) if id(u) not in chosen
+                            or not _reads(u, out, chosen[id(u)])]
+            if planar_users or id(out) in outputs:
+                nodes.append(reorder(vb, out, PLANAR, out.shape[1]))
+            continue
+        nodes.append(node)
+        for out in node.outputs:
+            if any(id(u) in chosen and _reads(u, out, chosen[id(u)])
+                   for u in users.get(id(out), [])):
+                nodes.append(reorder(out, twin(out), BLOCKED, out.shape[1]))
+    graph.nodes = nodes
+    ctx.note(f"layouts: {len(chosen)} layers in {BLOCKED}, {reorders} reorders")
+    return len(chosen)
+
+
+def _reads(node: Node, v: Value, role: str) -> bool:
+    """Whether blocked layer ``node`` reads ``v`` in the blocked layout."""
+    return any(node.inputs[i] is v for i in _reads_blocked(node, role))
+
+
+def _convert(node: Node, role: str, out: Value) -> None:
+    """The layer's attributes for its blocked tensors."""
+    shape = list(blocked_shape(out.shape))
+    if node.op == "Conv":
+        node.attrs["layouts"] = [PLANAR if role == "stem" else BLOCKED, BLOCKED]
+        epi = node.attrs.get("epilogue")
+        if epi is not None:
+            node.attrs["epilogue"] = {**epi, "program": [{**s, "shape": shape}
+                                                         for s in epi["program"]]}
+    elif node.op == "GlobalAveragePool":
+        node.op = "ReduceMean"  # over the plane of each block: (n, cb, 1, 1, 16)
+        node.attrs = {"axes": [2, 3], "keepdims": 1}
+    elif node.op == "Pointwise":
+        node.attrs["program"] = [{**s, "shape": list(blocked_shape(s["shape"]))}
+                                 for s in node.attrs["program"]]

@@ -1,0 +1,316 @@
+"""The channel-blocked layout (pydla.plan.layouts) and its kernels: which layers the builder
+blocks and where it reorders, whole models against onnxruntime with it on and off, every
+blocked tactic against the reference Conv (padded channel blocks, strides, batches,
+epilogues), Reorder, the middle-axes reductions and broadcasts, and refusals of layers
+whose shapes do not fit their layouts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from pydla.backends.base import LayerSpec, TensorSpec
+from pydla.backends.cpu.backend import bind_layer
+from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
+from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
+from pydla.builder import BuildOptions, build, build_graph
+from pydla.dtypes import DType
+from pydla.engine import LoadedModule
+from pydla.errors import KernelError
+from pydla.loadable import read_loadable
+from tests.oracle import make_model, model_tolerance_ok, run_ort
+
+RNG = np.random.default_rng(11)
+F32 = DType.FLOAT32
+
+
+def _rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _spec(shape: tuple[int, ...]) -> TensorSpec:
+    return TensorSpec(tuple(shape), F32)
+
+
+def _conv(name: str, x: str, y: str, cin: int, cout: int, k: int, stride: int = 1,
+          group: int = 1, inits: dict[str, np.ndarray] | None = None) -> Any:
+    assert inits is not None
+    fan_in = cin // group * k * k
+    inits[f"{name}_w"] = _rand(cout, cin // group, k, k) * np.float32(1.5 / np.sqrt(fan_in))
+    inits[f"{name}_b"] = _rand(cout) * np.float32(0.1)
+    return helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [y], strides=[stride] * 2,
+                            pads=[k // 2] * 4, group=group)
+
+
+def mobile_block_model(batch: int = 1, size: int = 32, extra_output: bool = False) -> Any:
+    """A MobileNetV2/V3-like net: stem, inverted residuals with channel counts that are not
+    multiples of 16, a squeeze-excitation block and a classifier."""
+    inits: dict[str, np.ndarray] = {}
+    inits["lo"], inits["hi"] = np.float32(0), np.float32(6)
+    nodes = [
+        _conv("stem", "x", "s0", 3, 16, 3, 2, inits=inits),
+        helper.make_node("Clip", ["s0", "lo", "hi"], ["s1"]),
+        _conv("dw1", "s1", "d0", 16, 16, 3, group=16, inits=inits),
+        helper.make_node("Clip", ["d0", "lo", "hi"], ["d1"]),
+        _conv("pw1", "d1", "p1", 16, 24, 1, inits=inits),
+        _conv("ex2", "p1", "e0", 24, 72, 1, inits=inits),
+        helper.make_node("HardSwish", ["e0"], ["e1"]),
+        _conv("dw2", "e1", "f0", 72, 72, 5, 2, group=72, inits=inits),
+        helper.make_node("HardSwish", ["f0"], ["f1"]),
+        # squeeze-excitation
+        helper.make_node("GlobalAveragePool", ["f1"], ["g0"]),
+        _conv("se1", "g0", "g1", 72, 24, 1, inits=inits),
+        helper.make_node("Relu", ["g1"], ["g2"]),
+        _conv("se2", "g2", "g3", 24, 72, 1, inits=inits),
+        helper.make_node("HardSigmoid", ["g3"], ["g4"], alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["f1", "g4"], ["f2"]),
+        _conv("pj2", "f2", "p2", 72, 40, 1, inits=inits),
+        # residual block
+        _conv("ex3", "p2", "h0", 40, 120, 1, inits=inits),
+        helper.make_node("Relu", ["h0"], ["h1"]),
+        _conv("dw3", "h1", "h2", 120, 120, 3, group=120, inits=inits),
+        helper.make_node("Relu", ["h2"], ["h3"]),
+        _conv("pj3", "h3", "h4", 120, 40, 1, inits=inits),
+        helper.make_node("Add", ["h4", "p2"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["q"]),
+        helper.make_node("Flatten", ["q"], ["v"]),
+        helper.make_node("Gemm", ["v", "fc_w", "fc_b"], ["y"], transB=1),
+    ]
+    inits["fc_w"], inits["fc_b"] = _rand(10, 40), _rand(10)
+    outputs = ["y", "h3"] if extra_output else ["y"]
+    model = make_model(nodes, {"x": (np.float32, (batch, 3, size, size))}, outputs, inits)
+    return model, {"x": _rand(batch, 3, size, size)}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_mobile_model_blocked_matches_onnxruntime(batch: int) -> None:
+    model, feeds = mobile_block_model(batch)
+    data = build(model, BuildOptions(autotune=False))
+    prog = read_loadable(data)
+    convs = [layer for layer in prog.layers if layer.op == "Conv"]
+    blocked = [layer for layer in convs if layer.attrs.get("layouts")]
+    # Every Conv but the squeeze-excitation pair (1×1 on a 1×1 plane, planar) is blocked;
+    # se2 reads a planar vector and writes blocks (a "stem" of the gate).
+    assert {layer.tactic for layer in blocked} <= {"gemm_nchw16c", "depthwise_nchw16c",
+                                                    "direct_nchw16c"}
+    assert len(blocked) == len(convs) - 1
+    assert blocked[0].attrs["layouts"] == ["nchw", "nchw16c"]  # the stem
+    reorders = [layer for layer in prog.layers if layer.op == "Reorder"]
+    # Out of blocks: the pooled SE vector and the pooled features; nothing else.
+    assert len(reorders) == 2 and all(r.attrs["to"] == "nchw" for r in reorders)
+    shapes = {prog.tensors[layer.outputs[0]].shape for layer in blocked}
+    assert (batch, 5, 8, 8, 16) in shapes  # 72 channels at 8×8 in five blocks
+    assert all(len(prog.tensors[io.tensor].shape) in (2, 4) for io in prog.outputs + prog.inputs)
+    got = LoadedModule(data).run(feeds)
+    model_tolerance_ok(got, run_ort(model, feeds))
+    planar = build(model, BuildOptions(autotune=False, blocked_layouts=False))
+    assert not any(layer.op == "Reorder" for layer in read_loadable(planar).layers)
+    np.testing.assert_allclose(got[0], LoadedModule(planar).run(feeds)[0], rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_blocked_tensor_as_graph_output() -> None:
+    """A tensor inside a blocked region that is also a network output leaves through a
+    Reorder, under its own name, in the model's shape."""
+    model, feeds = mobile_block_model(extra_output=True)
+    data = build(model, BuildOptions(autotune=True))
+    module = LoadedModule(data)
+    prog = read_loadable(data)
+    out = prog.tensors[prog.outputs[1].tensor]
+    assert out.name == "h3" and out.shape == (1, 120, 8, 8)
+    assert out.index in [layer.outputs[0] for layer in prog.layers if layer.op == "Reorder"]
+    model_tolerance_ok(module.run(feeds), run_ort(model, feeds))
+
+
+def test_regions_need_a_depthwise_convolution() -> None:
+    """1×1 and 3×3 layers alone stay planar: the planar kernels are as fast there."""
+    inits: dict[str, np.ndarray] = {}
+    nodes = [_conv("a", "x", "a0", 16, 32, 1, inits=inits),
+             helper.make_node("Relu", ["a0"], ["a1"]),
+             _conv("b", "a1", "y", 32, 32, 3, inits=inits)]
+    model = make_model(nodes, {"x": (np.float32, (1, 16, 12, 12))}, ["y"], inits)
+    prog = read_loadable(build(model, BuildOptions(autotune=False)))
+    assert not any("layouts" in layer.attrs or layer.op == "Reorder" for layer in prog.layers)
+
+
+def test_unsafe_pointwise_stays_planar() -> None:
+    """A Div could turn the padded lanes into NaN: it reads a planar copy of a blocked
+    tensor, through a Reorder."""
+    inits: dict[str, np.ndarray] = {"lo": np.float32(0), "hi": np.float32(6)}
+    nodes = [_conv("dw", "x", "d0", 24, 24, 3, group=24, inits=inits),
+             helper.make_node("Clip", ["d0", "lo", "hi"], ["d"]),
+             _conv("pw", "d", "y", 24, 16, 1, inits=inits),
+             helper.make_node("Div", ["d", "z"], ["e"])]
+    shape = (1, 24, 9, 9)
+    model = make_model(nodes, {"x": (np.float32, shape), "z": (np.float32, shape)},
+                       ["y", "e"], inits)
+    feeds = {"x": _rand(*shape), "z": np.abs(_rand(*shape)) + np.float32(0.5)}
+    graph = build_graph(model, BuildOptions(autotune=False))
+    by_op = {n.op: n for n in graph.nodes}
+    div = next(n for n in graph.nodes if "layouts" not in n.attrs and n.op != "Reorder"
+               and n.op != "Conv")
+    assert div.inputs[0].producer.op == "Reorder"  # type: ignore[union-attr]
+    assert div.inputs[0].producer.attrs["to"] == "nchw"  # type: ignore[union-attr]
+    assert len(div.outputs[0].shape) == 4 and "Reorder" in by_op
+    assert all(n.attrs.get("layouts") == ["nchw16c", "nchw16c"] for n in graph.nodes
+               if n.op == "Conv")
+    data = build(model, BuildOptions(autotune=False))
+    model_tolerance_ok(LoadedModule(data).run(feeds), run_ort(model, feeds))
+
+
+def test_half_precision_stays_planar() -> None:
+    model, feeds = mobile_block_model()
+    prog = read_loadable(build(model, BuildOptions(autotune=False, autocast=DType.FLOAT16)))
+    assert not any(layer.op == "Reorder" for layer in prog.layers)
+
+
+# -- kernels ---------------------------------------------------------------------------
+
+def _run(spec: LayerSpec, ins: list[np.ndarray]) -> np.ndarray:
+    out = np.full(spec.outputs[0].shape, np.nan, np.float32)
+    bind_layer(spec)(ins, [out])
+    return out
+
+
+CASES = [  # (n, c, m, h, w, k, stride, group, layouts)
+    (1, 32, 16, 7, 7, 1, 1, 1, "bb"), (2, 24, 40, 13, 11, 1, 1, 1, "bb"),
+    (1, 160, 96, 5, 5, 1, 1, 1, "bb"), (1, 300, 20, 4, 6, 1, 1, 1, "bb"),
+    (1, 32, 32, 20, 20, 3, 1, 32, "bb"), (2, 72, 72, 15, 15, 5, 2, 72, "bb"),
+    (1, 20, 20, 9, 9, 3, 2, 20, "bb"), (1, 3, 32, 33, 31, 3, 2, 1, "pb"),
+    (2, 3, 24, 20, 20, 7, 2, 1, "pb"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual"])
+def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | None) -> None:
+    n, c, m, h, w, k, s, group, lay = case
+    x, wt, b = _rand(n, c, h, w), _rand(m, c // group, k, k), _rand(m)
+    pad = k // 2
+    oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+    attrs: dict[str, Any] = {"strides": [s, s], "pads": [pad] * 4, "dilations": [1, 1],
+                             "group": group}
+    plain = LayerSpec("p", "Conv", attrs, (_spec(x.shape), _spec(wt.shape), _spec(b.shape)),
+                      (_spec((n, m, oh, ow)),), REFERENCE)
+    want = _run(plain, [x, wt, b])
+    layouts = ["nchw16c" if lay[0] == "b" else "nchw", "nchw16c"]
+    xin = to_blocked(x) if lay[0] == "b" else x
+    yshape = (n, -(-m // 16), oh, ow, 16)
+    ins, specs = [xin, wt, b], [_spec(xin.shape), _spec(wt.shape), _spec(b.shape)]
+    battrs = {**attrs, "layouts": layouts}
+    if epilogue is not None:
+        step = {"clip": ("Clip", {"min": 0.0, "max": 6.0}), "hardswish": ("HardSwish", {}),
+                "residual": ("Add", {})}[epilogue]
+        regs = [0, 1] if epilogue == "residual" else [0]
+        battrs["epilogue"] = {"inputs": len(regs) - 1, "program": [
+            {"op": step[0], "in": regs, "attrs": step[1], "shape": list(yshape),
+             "dtype": "float32"}]}
+        if epilogue == "residual":
+            r = _rand(n, m, oh, ow)
+            ins.append(to_blocked(r))
+            specs.append(_spec(yshape))
+            want = want + r
+        elif epilogue == "clip":
+            want = np.clip(want, 0, 6)
+        else:
+            want = want * np.clip(want / 6 + 0.5, 0, 1)
+    spec = LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), None)
+    tactics = [t.name for t in candidate_tactics(spec)]
+    assert len(tactics) == 1 and tactics[0].endswith("_nchw16c")
+    for tactic in (*tactics, REFERENCE):
+        got = _run(LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), tactic), ins)
+        assert np.isfinite(got).all(), tactic  # padded lanes are written, finite
+        np.testing.assert_allclose(to_planar(got, m), want, rtol=1e-4,
+                                   atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+def test_blocked_layers_refuse_misfitting_shapes() -> None:
+    w, b = _spec((16, 8, 1, 1)), _spec((16,))
+    attrs = {"strides": [1, 1], "pads": [0] * 4, "dilations": [1, 1], "group": 1,
+             "layouts": ["nchw16c", "nchw16c"]}
+    wrong_blocks = LayerSpec("c", "Conv", attrs, (_spec((1, 2, 4, 4, 16)), w, b),
+                             (_spec((1, 1, 4, 4, 16)),), None)  # 8 channels are 1 block
+    assert not candidate_tactics(wrong_blocks)
+    with pytest.raises(KernelError, match="layouts"):
+        bind_layer(LayerSpec(*list(wrong_blocks.__dict__.values())[:-1], REFERENCE))
+    bad_name = LayerSpec("c", "Conv", {**attrs, "layouts": ["nchw8c", "nchw16c"]},
+                         (_spec((1, 1, 4, 4, 16)), w, b), (_spec((1, 1, 4, 4, 16)),), None)
+    assert not candidate_tactics(bad_name)
+    with pytest.raises(KernelError):
+        bind_layer(LayerSpec(*list(bad_name.__dict__.values())[:-1], REFERENCE))
+    # A per-channel epilogue operand has no row in a blocked run: refused.
+    vec = {**attrs, "epilogue": {"inputs": 1, "program": [
+        {"op": "Mul", "in": [0, 1], "attrs": {}, "shape": [1, 1, 4, 4, 16],
+         "dtype": "float32"}]}}
+    per_channel = LayerSpec("c", "Conv", vec, (_spec((1, 1, 4, 4, 16)), w, b,
+                                              _spec((1, 16, 1, 1))),
+                            (_spec((1, 1, 4, 4, 16)),), "gemm_nchw16c")
+    assert not candidate_tactics(per_channel)
+    with pytest.raises(KernelError):
+        bind_layer(per_channel)
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 7, 7), (2, 72, 5, 9), (1, 16, 1, 1), (3, 5, 4, 4)])
+def test_reorder_round_trip(shape: tuple[int, ...]) -> None:
+    x = _rand(*shape)
+    c = shape[1]
+    blocked_shape = (shape[0], -(-c // 16), *shape[2:], 16)
+    to = LayerSpec("t", "Reorder", {"to": "nchw16c", "channels": c}, (_spec(shape),),
+                   (_spec(blocked_shape),))
+    back = LayerSpec("f", "Reorder", {"to": "nchw", "channels": c}, (_spec(blocked_shape),),
+                     (_spec(shape),))
+    xb = _run(to, [x])
+    np.testing.assert_array_equal(xb, to_blocked(x))
+    if c % 16:
+        assert not xb[:, -1, ..., c % 16:].any()  # lanes past the last channel are zero
+    np.testing.assert_array_equal(_run(back, [xb]), x)
+
+
+def test_reorder_refuses_misfitting_shapes() -> None:
+    with pytest.raises(KernelError, match="not a 20-channel tensor"):
+        bind_layer(LayerSpec("t", "Reorder", {"to": "nchw16c", "channels": 20},
+                             (_spec((1, 20, 4, 4)),), (_spec((1, 1, 4, 4, 16)),)))
+    with pytest.raises(KernelError, match="bad attributes"):
+        bind_layer(LayerSpec("t", "Reorder", {"to": "nhwc", "channels": 20},
+                             (_spec((1, 20, 4, 4)),), (_spec((1, 2, 4, 4, 16)),)))
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum"])
+@pytest.mark.parametrize("shape,axes", [((2, 5, 7, 7, 16), [2, 3]), ((1, 3, 4, 32), [1, 2]),
+                                        ((3, 9, 16), [1])])
+def test_middle_reductions(op: str, shape: tuple[int, ...], axes: list[int]) -> None:
+    x = _rand(*shape)
+    want = (np.mean if op == "ReduceMean" else np.sum)(x, axis=tuple(axes), keepdims=True)
+    spec = LayerSpec("r", op, {"axes": axes, "keepdims": 1}, (_spec(shape),),
+                     (_spec(want.shape),), "middle")
+    np.testing.assert_allclose(_run(spec, [x]), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("program,first,second", [
+    ([("HardSigmoid", [0], {"alpha": 0.2, "beta": 0.5}, "small"), ("Mul", [2, 1], {}, "out")],
+     (1, 6, 1, 1, 16), (1, 6, 5, 5, 16)),
+    ([("Sub", [0, 1], {}, "out")], (2, 3, 5, 5, 16), (2, 3, 1, 1, 16)),
+    ([("Sub", [0, 1], {}, "out")], (2, 3, 1, 1, 16), (2, 3, 5, 5, 16)),
+    ([("Relu", [0], {}, "small"), ("Add", [1, 2], {}, "out")], (2, 3, 1, 1, 32),
+     (2, 3, 4, 4, 32)),
+])
+def test_middle_broadcasts(program: list[tuple[Any, ...]], first: tuple[int, ...],
+                           second: tuple[int, ...]) -> None:
+    out = max(first, second, key=lambda s: int(np.prod(s)))
+    small = min(first, second, key=lambda s: int(np.prod(s)))
+    steps = [{"op": op, "in": regs, "attrs": attrs, "dtype": "float32",
+              "shape": list(out if kind == "out" else small)}
+             for op, regs, attrs, kind in program]
+    a, b = _rand(*first), _rand(*second)
+    spec = LayerSpec("m", "Pointwise", {"program": steps}, (_spec(first), _spec(second)),
+                     (_spec(out),), None)
+    assert "middle" in [t.name for t in candidate_tactics(spec)]
+    got = _run(LayerSpec("m", "Pointwise", {"program": steps}, spec.inputs, spec.outputs,
+                         "middle"), [a, b])
+    want = _run(LayerSpec("m", "Pointwise", {"program": steps}, spec.inputs, spec.outputs,
+                          REFERENCE), [a, b])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
