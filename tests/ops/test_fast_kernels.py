@@ -215,6 +215,40 @@ def test_gemm_parallel_blocks() -> None:
                      [((m, n), np.float32)], "blas", rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("attrs,c_shape", [
+    ({}, None), ({}, (70,)), ({"transB": 1}, (13, 70)), ({"transB": 1, "alpha": 0.5}, (1,)),
+    ({"beta": 2.0}, (70,))])
+@pytest.mark.parametrize("m,k", [(13, 40), (64, 33), (130, 300)])
+def test_gemm_packed_weights(attrs: dict[str, Any], c_shape: tuple[int, ...] | None, m: int,
+                             k: int) -> None:
+    """B packed once into micro-kernel panels; ragged row panels (13, 130 rows) and a
+    ragged column strip (70 = 2·32 + 6), alpha, beta and bias as in the blas tactic."""
+    n = 70
+    if c_shape == (13, 70):
+        c_shape = (m, n)
+    b = _rand(n, k) if attrs.get("transB") else _rand(k, n)
+    ins = [_rand(m, k), b] + ([] if c_shape is None else [_rand(*c_shape)])
+    check_tactic("Gemm", attrs, ins, [((m, n), np.float32)], "packed", rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("a,b", [((2, 13, 40), (40, 33)), ((1, 128, 128), (128, 512))])
+def test_matmul_packed_weights(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    """A's batches fold into rows of one product with the packed weights; a weight fed as
+    a (writable) input is packed again on every run."""
+    shape = np.matmul(np.zeros(a), np.zeros(b)).shape
+    x, w = _rand(*a), _rand(*b)
+    check_tactic("MatMul", {}, [x, w], [(shape, np.float32)], "packed", rtol=1e-4, atol=1e-5)
+    spec = _spec("MatMul", {}, [x, w], [(shape, np.float32)], "packed")
+    run = prebind(bind_layer(spec), [x, w], [out := np.empty(shape, np.float32)])
+    for _ in range(2):
+        w[...] = _rand(*b)
+        run()
+        assert_close([out], [np.matmul(x, w)], rtol=1e-4, atol=1e-5)
+    assert "packed" not in [t.name for t in candidate_tactics(
+        _spec("MatMul", {}, [_rand(2, 3, 4), _rand(2, 4, 5)], [((2, 3, 5), np.float32)],
+              "packed"))]  # one B per batch: blas only
+
+
 @pytest.mark.parametrize("a,b", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 3, 4), (2, 4, 5)),
                                  ((2, 1, 3, 4), (5, 4, 6)), ((1, 3, 4), (2, 4, 2)),
                                  ((2, 2, 64, 16), (2, 2, 16, 64))])

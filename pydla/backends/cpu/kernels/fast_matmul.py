@@ -1,4 +1,6 @@
-"""Gemm and MatMul on BLAS split across the engine's threads, epilogue fused (tactic ``blas``).
+"""Gemm and MatMul split across the engine's threads, epilogue fused: on BLAS (tactic
+``blas``) or, with one weight matrix, on pydla's own GEMM with the weights packed once
+(tactic ``packed``).
 
 BLAS runs single-threaded while pydla runs (pydla.backends.cpu.threads), so the product is
 cut into blocks — batches, then rows, or columns when there are few rows — and each numba
@@ -26,7 +28,10 @@ from numba import njit, prange
 from pydla.backends.base import LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels import fast_gemv
+from pydla.backends.cpu.kernels.conv_fast import gemm as packed_gemm
+from pydla.backends.cpu.kernels.conv_fast.binding import Derived
 from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
+from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_rows, pack_b
 from pydla.backends.cpu.kernels.fast_gemv import MAX_ROWS, axpy_rows, dot_rows
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_epilogue
@@ -45,10 +50,11 @@ _FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 # geo layout: [trans_a, trans_b, m, n, k, lda, ldb, ldc, rows, cols, batches, mode,
 # offsets…]; mode 0: sgemm per block, DOT/AXPY: fast_gemv's loops for a few rows of A.
 _HEADER = 12
-SGEMM, DOT, AXPY = 0, 1, 2
+SGEMM, DOT, AXPY, PACKED = 0, 1, 2, 3
 # Generated drivers inline this file's block functions: their names carry its hash.
 SOURCE_HASH = hashlib.sha256(b"".join(
-    open(f, "rb").read() for f in (__file__, fast_gemv.__file__))).hexdigest()[:16]
+    open(f, "rb").read() for f in (__file__, fast_gemv.__file__, packed_gemm.__file__))
+).hexdigest()[:16]
 
 
 @njit(inline="always", cache=True)
@@ -76,12 +82,41 @@ def product_block(task: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha:
         axpy_rows(b, geo[o + 1], ldb, a, geo[o] + r0 * lda, lda, c, geo[o + 2] + r0 * ldc,
                   ldc, r1 - r0, c0, c1, k, alpha)
         return
+    if mode == PACKED:
+        _packed_block(a, geo[o] + r0 * lda, lda, geo[2] - r0, r1 - r0, b, c0, c1, k, c,
+                      geo[o + 2] + r0 * ldc + c0, ldc, alpha)
+        return
     # Element offsets of the block's first row/column in op(A), op(B) and C.
     a_at = geo[o] + (r0 if ta else r0 * lda)
     b_at = geo[o + 1] + (c0 * ldb if tb else c0)
     c_at = geo[o + 2] + r0 * ldc + c0
     sgemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a.ctypes.data + 4 * a_at, lda,
           b.ctypes.data + 4 * b_at, ldb, np.float32(0), c.ctypes.data + 4 * c_at, ldc)
+
+
+@njit(inline="always", error_model="numpy")
+def _packed_block(a: np.ndarray, a_at: int, lda: int, left: int, rows: int, bp: np.ndarray,
+                  c0: int, c1: int, k: int, c: np.ndarray, c_at: int, ldc: int,
+                  alpha: float) -> None:
+    """C block (rows × c1 - c0, from element c_at) = alpha · A rows (from a_at, ``left``
+    rows up to A's end) · B columns c0…c1, B packed in NR-column panels (c0 a multiple of
+    NR). The micro-kernel reads whole MR-row panels: a last panel that would read past A's
+    end goes through a zero-padded copy."""
+    edge = np.empty(MR * NR, np.float32)
+    bs = bp[c0 * k:]  # the block's first panel
+    whole = rows if -(-rows // MR) * MR <= left else rows // MR * MR
+    if whole:
+        gemm_rows(whole, c1 - c0, k, a.ctypes.data + a_at * 4, lda, bs, c, c_at, ldc, edge)
+    if whole < rows:
+        stage = np.zeros(MR * k, np.float32)
+        for r in range(rows - whole):
+            stage[r * k:(r + 1) * k] = a[a_at + (whole + r) * lda:a_at + (whole + r) * lda + k]
+        gemm_rows(rows - whole, c1 - c0, k, stage.ctypes.data, k, bs, c, c_at + whole * ldc,
+                  ldc, edge)
+    if alpha != 1:
+        for r in range(rows):
+            row = c[c_at + r * ldc:c_at + r * ldc + c1 - c0]
+            row *= alpha
 
 
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
@@ -142,12 +177,13 @@ class Product:
     offsets: tuple[tuple[int, int, int], ...]  # per batch: elements into A, B and C
     alpha: float = 1.0
 
-    def geo(self, nthreads: int) -> tuple[np.ndarray, bool]:
-        """The kernel's int64 argument and whether to run it in parallel."""
+    def geo(self, nthreads: int, packed: bool = False) -> tuple[np.ndarray, bool]:
+        """The kernel's int64 argument and whether to run it in parallel; ``packed``: B is
+        in micro-kernel panels (blocks then of whole panels)."""
         m, n, k, batches = self.m, self.n, self.k, len(self.offsets)
         parallel = nthreads > 1 and m * n * k * batches >= PARALLEL_MIN
-        mode = SGEMM
-        if m <= MAX_ROWS and not self.trans_a:
+        mode = PACKED if packed else SGEMM
+        if m <= MAX_ROWS and not self.trans_a and not packed:
             mode = DOT if self.trans_b else AXPY
             # A few rows stream all of B: memory-bound, so split once B is large (a
             # classifier's 1024×1000 weights, 4 MB, took 0.09 ms on one thread, 0.05 on two).
@@ -162,10 +198,11 @@ class Product:
             # so that the copies add up to little more than one of each.
             if m >= n:
                 rows = max(1, -(-m // parts))
-                rows = -(-rows // 8) * 8 if rows > 8 else rows
+                step = MR if packed else 8
+                rows = -(-rows // step) * step if rows > step else rows
             else:
                 cols = -(-n // parts)
-                cols = -(-cols // 16) * 16
+                cols = -(-cols // (NR if packed else 16)) * (NR if packed else 16)
         lda = m if self.trans_a else k
         ldb = k if self.trans_b else n
         header = [int(self.trans_a), int(self.trans_b), m, n, k, lda, ldb, n, rows, cols,
@@ -289,10 +326,29 @@ def _compile(spec: LayerSpec, program: tuple[list[dict[str, Any]], list[int]]
     return compile_epilogue(steps, TensorSpec(spec.outputs[0].shape, DType.FLOAT32), specs)
 
 
-def bind_blas(spec: LayerSpec) -> RunFn:
+def _applies_packed(spec: LayerSpec) -> bool:
+    """One weight matrix B (any batches of A fold into rows), A not transposed, more rows
+    than the few-row loops take."""
+    if not _applies(spec):
+        return False
+    product = _gemm_product(spec) if spec.op == "Gemm" else _matmul_product(spec)
+    return (product is not None and not product.trans_a and len(product.offsets) == 1
+            and product.m > MAX_ROWS)
+
+
+def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
     product = _gemm_product(spec) if spec.op == "Gemm" else _matmul_product(spec)
     assert product is not None, "applies() was checked by the backend"
-    geo, parallel = product.geo(threads.configure())
+    geo, parallel = product.geo(threads.configure(), packed)
+    bp = np.zeros(-(-product.n // NR) * NR * product.k if packed else 1, np.float32)
+
+    def pack(w: np.ndarray) -> None:
+        b = w.reshape(product.n, product.k).T if product.trans_b else w.reshape(product.k,
+                                                                                  product.n)
+        pack_b(np.ascontiguousarray(b, np.float32).reshape(-1), product.n, product.k,
+               product.n, bp)
+
+    weights = Derived(pack)
     gemm = gemm_par if parallel else gemm_seq
     alpha = np.float32(product.alpha)
     program = _program(spec)
@@ -304,9 +360,17 @@ def bind_blas(spec: LayerSpec) -> RunFn:
         compiled.add_driver(driver_source(len(sources)))
 
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
+        run = _prebind(ins, outs)
+        w = ins[1]
+        assert w is not None
+        return weights.before(w, run) if packed else run
+
+    def _prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
         a, b, y = ins[0], ins[1], outs[0]
         assert a is not None and b is not None
         a, b = np.ascontiguousarray(a).reshape(-1), np.ascontiguousarray(b).reshape(-1)
+        if packed:
+            b = bp
         flat = y.reshape(-1)
         if compiled is None:
             return functools.partial(gemm, a, b, flat, alpha, geo)
@@ -328,5 +392,12 @@ def bind_blas(spec: LayerSpec) -> RunFn:
     return PreboundKernel(prebind)
 
 
+def bind_packed(spec: LayerSpec) -> RunFn:
+    return bind_blas(spec, packed=True)
+
+
 for _op in ("Gemm", "MatMul"):
     tactic(_op, "blas", applies=_applies, native_epilogue=_native, priority=10)(bind_blas)
+    # Below blas without timing: B may be an activation, packed again on every run.
+    tactic(_op, "packed", applies=_applies_packed, native_epilogue=_native,
+           priority=5)(bind_packed)
