@@ -8,7 +8,7 @@ GEMM (gemm1x1) puts pixels on the vector lanes instead and pads a 7×7 plane's 4
 to 64; here nothing is padded but the channel counts, to 16.
 
 W is packed once into strips of 32 output channels (zero past m and past c). Each task
-takes a block of pixels and a group of strips: per strip it runs every K slice into a
+takes a block of pixels and one strip: it runs every K slice into a
 staging block (two output blocks × its pixels, in L1/L2) — the first slice stores with
 the bias added — then runs the epilogue into the output's two blocks. A ragged last panel
 of pixels (fewer than MR) is copied into a zero-padded panel first, so that no read passes
@@ -17,7 +17,6 @@ the end of a block.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -61,55 +60,56 @@ def _ragged(x: np.ndarray, img: int, first: int, tail: int, rag: np.ndarray) -> 
 
 @njit(cache=True, parallel=True, error_model="numpy")
 def gemm_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, pb: int,
-             groups: int, nthreads: int, rag: np.ndarray, stage: np.ndarray, code: np.ndarray,
+             nthreads: int, rag: np.ndarray, stage: np.ndarray, code: np.ndarray,
              prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
              scratch: np.ndarray) -> None:
     """x (n, kb, h, w, 16); bp (strips, 16·kb, 32) packed weights; bias (strips·32);
-    y (n·mb, h·w·16) the blocked output's rows; pb pixels per task (a multiple of MR);
-    ``groups`` strip groups per pixel block. Per thread: rag (kb, MR, 16), stage
-    (2, pb, 16)."""
+    y (n·mb, h·w·16) the blocked output's rows; pb pixels per block (a multiple of MR).
+    A task is one strip of one pixel block; each thread takes a run of consecutive tasks
+    (the strips of a block follow each other: its pixels stay in cache). Per thread:
+    rag (kb, MR, 16), stage (2, pb, 16)."""
     n, kb = x.shape[0], x.shape[1]
     p = x.shape[2] * x.shape[3]
     k = kb * L
     mb = y.shape[0] // n
     strips = bp.shape[0]
     pixel_blocks = -(-p // pb)
-    per_group = -(-strips // groups)
-    tasks = n * pixel_blocks * groups
+    tasks = n * pixel_blocks * strips
     per = -(-tasks // nthreads)
     a_blk = p * L * 4  # bytes between channel blocks of X
     ba = bias.ctypes.data
     for t in prange(nthreads):
         rg, st = rag[t], stage[t]
         ra, sa = rg.ctypes.data, st.ctypes.data
+        staged = -1  # the pixel block whose ragged panel rag holds
         for task in range(t * per, min(tasks, (t + 1) * per)):
-            img = task // (pixel_blocks * groups)
-            q0 = (task // groups) % pixel_blocks * pb
+            block = task // strips
+            img, s = block // pixel_blocks, task % strips
+            q0 = block % pixel_blocks * pb
             rows = min(p, q0 + pb) - q0
             panels, tail = rows // MR, rows % MR
-            if tail:
+            if tail and staged != block:
                 _ragged(x, img, q0 + panels * MR, tail, rg)
+                staged = block
             xa = x.ctypes.data + img * kb * a_blk
-            s0 = task % groups * per_group
-            for s in range(s0, min(strips, s0 + per_group)):
-                for k0 in range(0, k, KC):
-                    kc = min(KC, k - k0)
-                    b = bp.ctypes.data + (s * k + k0) * NR * 4
-                    more = 1 if k0 else 0  # the first slice stores, with the bias
-                    for pi in range(panels):
-                        micro_kernel_blocked(xa + (k0 // L) * a_blk + (q0 + pi * MR) * L * 4,
-                                             a_blk, L * 4, b, kc, sa + pi * MR * L * 4, L * 4,
-                                             pb * L * 4, ba + s * NR * 4, more)
-                    if tail:
-                        micro_kernel_blocked(ra + (k0 // L) * MR * L * 4, MR * L * 4, L * 4,
-                                             b, kc, sa + panels * MR * L * 4, L * 4,
-                                             pb * L * 4, ba + s * NR * 4, more)
-                for half in range(2):
-                    blk = 2 * s + half
-                    if blk >= mb:
-                        break
-                    emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm, full0,
-                                 full1, vecs, scratch[t])
+            for k0 in range(0, k, KC):
+                kc = min(KC, k - k0)
+                b = bp.ctypes.data + (s * k + k0) * NR * 4
+                more = 1 if k0 else 0  # the first slice stores, with the bias
+                for pi in range(panels):
+                    micro_kernel_blocked(xa + (k0 // L) * a_blk + (q0 + pi * MR) * L * 4,
+                                         a_blk, L * 4, b, kc, sa + pi * MR * L * 4, L * 4,
+                                         pb * L * 4, ba + s * NR * 4, more)
+                if tail:
+                    micro_kernel_blocked(ra + (k0 // L) * MR * L * 4, MR * L * 4, L * 4,
+                                         b, kc, sa + panels * MR * L * 4, L * 4,
+                                         pb * L * 4, ba + s * NR * 4, more)
+            for half in range(2):
+                blk = 2 * s + half
+                if blk >= mb:
+                    break
+                emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm, full0,
+                             full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -119,28 +119,23 @@ def applies(spec: LayerSpec) -> bool:
             and (g.oh, g.ow) == (g.h, g.w) and blocked_epilogue_ok(spec))
 
 
-def split(n: int, pixels: int, strips: int, nthreads: int) -> tuple[int, int]:
-    """(pixels per task, strip groups per pixel block): at most PIXELS pixels a block, in
-    whole MR panels, evenly sized; and the strips cut into groups when the pixel blocks
-    alone do not make a multiple of the threads (a fork-join region lasts as long as its
-    busiest thread) — or, with a single strip, the pixels cut finer."""
+def split(n: int, pixels: int, strips: int, nthreads: int) -> int:
+    """Pixels per block: at most PIXELS, whole MR panels, evenly sized — and smaller
+    while there are fewer than four tasks (pixel block × strip) per thread, so that the
+    threads' shares differ by little (a fork-join region lasts as long as its busiest
+    thread: a 7×7 layer's three strips on two threads left one idle a third of the time)."""
+    panels = -(-pixels // MR)
     count = -(-pixels // PIXELS)
-    groups = 1
-    if (n * count) % nthreads:
-        if strips >= nthreads:
-            groups = nthreads // math.gcd(n * count, nthreads)
-        else:
-            count = max(count, min(-(-pixels // MR), -(-nthreads // n)))
-    per_block = -(-pixels // count)
-    pb = -(-per_block // MR) * MR
-    return pb, groups
+    while n * count * strips < 4 * nthreads and count < panels:
+        count += 1
+    return -(-panels // count) * MR
 
 
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     kb, mb = -(-geo.c // L), -(-geo.m // L)
     strips = -(-mb // 2)
     k = kb * L
-    pb, groups = split(geo.n, geo.pixels, strips, nthreads)
+    pb = split(geo.n, geo.pixels, strips, nthreads)
     bp = np.zeros((strips, k, NR), np.float32)
     bias = np.zeros(strips * NR, np.float32)
     rag = np.zeros((nthreads, kb, MR, L), np.float32)
@@ -162,7 +157,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = partial(gemm_c16, x, bp, bias, out_rows(outputs[0], geo.n * mb, geo.pixels * L),
-                       pb, groups, nthreads, rag, stage, code, prm, full0, full1, vecs,
+                       pb, nthreads, rag, stage, code, prm, full0, full1, vecs,
                        scratch)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
