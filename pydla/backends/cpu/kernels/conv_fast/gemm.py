@@ -154,21 +154,22 @@ def micro_kernel_rows(typingctx, a, a_sk, a_sr, offs, b, k, c, ldc, accumulate):
 
 
 @intrinsic
-def micro_kernel_blocked(typingctx, a, a_blk, a_sr, b, k, c, ldc, c_half, bias, accumulate):  # type: ignore[no-untyped-def]
-    """``micro_kernel`` on channel-blocked operands: A's rows are pixels of a blocked
-    tensor, A[r, kk] at a + (kk // 16)·a_blk + r·a_sr + 4·(kk % 16), and C's row r is two
-    vectors of 16 channels, at c + r·ldc and c + r·ldc + c_half (two blocks of a blocked
-    output), plus the 32 floats at ``bias`` when stored (``accumulate`` 0). B is packed
-    as for micro_kernel."""
-    sig = types.void(*([types.int64] * 10))
+def micro_kernel_blocked(typingctx, a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias,  # type: ignore[no-untyped-def]
+                         accumulate):
+    """``micro_kernel`` with output pixels as A's rows and output channels as C's
+    columns: A[r, kk] at a + (kk // 16)·a_blk + (kk % 16)·a_lane + r·a_sr — a blocked
+    tensor's pixels (a_lane 4: 16 channels side by side) or a planar one's (a_blk =
+    16·a_lane, the plane) — and C's row r two vectors of 16 channels, at c + r·ldc and
+    c + r·ldc + c_half (two blocks of a blocked output), plus the 32 floats at ``bias``
+    when stored (``accumulate`` 0). B is packed as for micro_kernel."""
+    sig = types.void(*([types.int64] * 11))
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a_, a_blk_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
+        a_, a_blk_, a_lane_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
 
         def a_off(i: ir.Value) -> ir.Value:
             blk = builder.mul(builder.ashr(i, ir.Constant(_I64, 4)), a_blk_)
-            lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)),
-                               ir.Constant(_I64, 4))
+            lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)), a_lane_)
             return builder.add(blk, lane)
 
         _micro_codegen(builder, a_, a_off, a_sr_,

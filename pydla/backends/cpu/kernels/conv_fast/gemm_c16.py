@@ -1,11 +1,14 @@
-"""1×1 convolution in the channel-blocked layout: the ``gemm_nchw16c`` tactic.
+"""1×1 convolution with pixels as the GEMM's rows: the ``gemm_nchw16c`` tactic (channel-
+blocked input and output) and ``gemm_c16`` (planar).
 
 Y (pixels × m) = X (pixels × c) · Wᵀ with X and Y blocked, (n, ⌈c/16⌉, h, w, 16)
 (pydla.plan.layouts). The GEMM's rows are pixels, read in place from X — the micro-kernel
 steps from one channel block of X to the next every 16 values of K — and its columns are
 output channels, two blocks of 16 per micro-kernel call, stored as whole vectors. The NCHW
 GEMM (gemm1x1) puts pixels on the vector lanes instead and pads a 7×7 plane's 49 pixels
-to 64; here nothing is padded but the channel counts, to 16.
+to 64; here nothing is padded but the channel counts, to 16. On planar tensors
+(``gemm_c16``) A is read in place as well — 16 values of K are 16 planes apart — and each
+strip leaves through the transposing emit of depthwise_c16, epilogue included.
 
 W is packed once into strips of 32 output channels (zero past m and past c). Each task
 takes a block of pixels and one strip: it runs every K slice into a
@@ -35,7 +38,7 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     with_bias_copy,
     with_registers,
 )
-from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit_blocked
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked
 from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
 from pydla.backends.cpu.kernels.conv_fast.gemm import KC, MR, NR, micro_kernel_blocked
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
@@ -45,38 +48,47 @@ PIXELS = 144  # pixels per task: its rows of X (144 × KC floats) stay in L2 acr
 
 
 @njit(inline="always", error_model="numpy")
-def _ragged(x: np.ndarray, img: int, first: int, tail: int, rag: np.ndarray) -> None:
-    """rag[kb, r, :] = x[img, kb, pixel first + r, :] for r < tail, zero after."""
-    p = x.shape[2] * x.shape[3]
-    for kb in range(x.shape[1]):
-        src = x[img, kb].reshape(p * L)
-        for r in range(MR):
-            dst = rag[kb, r]
-            if r < tail:
-                dst[:] = src[(first + r) * L:(first + r + 1) * L]
-            else:
-                dst[:] = 0
+def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int,
+            rag: np.ndarray) -> None:
+    """The last tail (< MR) pixels of an image's rows of X from element ``at`` (its pixel
+    ``first``), zero-padded to MR: rag (k/16, MR, 16) from a blocked X — rag[b, r, :] =
+    X[b, first + r, :] — or (k, MR) from a planar one — rag[kk, r] = X[kk, first + r]."""
+    flat = rag.reshape(-1)
+    if blocked:
+        for b in range(k // L):
+            for r in range(MR):
+                dst = flat[(b * MR + r) * L:(b * MR + r + 1) * L]
+                if r < tail:
+                    dst[:] = x[at + (b * p + r) * L:at + (b * p + r + 1) * L]
+                else:
+                    dst[:] = 0
+    else:
+        for kk in range(k):
+            for r in range(MR):
+                flat[kk * MR + r] = x[at + kk * p + r] if r < tail else 0
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def gemm_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, pb: int,
-             nthreads: int, rag: np.ndarray, stage: np.ndarray, code: np.ndarray,
-             prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
-             scratch: np.ndarray) -> None:
-    """x (n, kb, h, w, 16); bp (strips, 16·kb, 32) packed weights; bias (strips·32);
-    y (n·mb, h·w·16) the blocked output's rows; pb pixels per block (a multiple of MR).
-    A task is one strip of one pixel block; each thread takes a run of consecutive tasks
-    (the strips of a block follow each other: its pixels stay in cache). Per thread:
-    rag (kb, MR, 16), stage (2, pb, 16)."""
-    n, kb = x.shape[0], x.shape[1]
-    p = x.shape[2] * x.shape[3]
-    k = kb * L
-    mb = y.shape[0] // n
-    strips = bp.shape[0]
+def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
+             bias: np.ndarray, y: np.ndarray, m: int, y_blocked: bool, pb: int,
+             nthreads: int, rag: np.ndarray, stage: np.ndarray, acc: np.ndarray,
+             code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
+             vecs: np.ndarray, scratch: np.ndarray, local: bool) -> None:
+    """x flat: n images of p pixels, blocked (k/16 blocks of p × 16) or planar (k rows
+    of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar; bias
+    (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or (n·m, p) planar; pb
+    pixels per block (a multiple of MR). A task is one strip of one pixel block; each
+    thread takes a run of consecutive tasks (the strips of a block follow each other: its
+    pixels stay in cache). Per thread: rag (a ragged panel, as _ragged), stage (2, pb,
+    16), acc (pb · 16, emit's scratch). ``local``: the epilogue reads no extra inputs."""
+    strips, k = bp.shape[0], bp.shape[1]
+    mb = -(-m // L)
     pixel_blocks = -(-p // pb)
     tasks = n * pixel_blocks * strips
     per = -(-tasks // nthreads)
-    a_blk = p * L * 4  # bytes between channel blocks of X
+    # A (and the ragged panel's copy): bytes between values kk and kk + 16, and (planar)
+    # between kk and kk + 1.
+    a_blk, a_lane, r_blk = p * L * 4, p * 4, MR * L * 4
     ba = bias.ctypes.data
     for t in prange(nthreads):
         rg, st = rag[t], stage[t]
@@ -88,35 +100,61 @@ def gemm_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, pb:
             q0 = block % pixel_blocks * pb
             rows = min(p, q0 + pb) - q0
             panels, tail = rows // MR, rows % MR
+            first = img * k * p + (q0 + panels * MR) * (L if x_blocked else 1)
             if tail and staged != block:
-                _ragged(x, img, q0 + panels * MR, tail, rg)
+                _ragged(x, first, k, p, x_blocked, tail, rg)
                 staged = block
-            xa = x.ctypes.data + img * kb * a_blk
+            xa = x.ctypes.data + (img * k * p + q0 * (L if x_blocked else 1)) * 4
             for k0 in range(0, k, KC):
                 kc = min(KC, k - k0)
                 b = bp.ctypes.data + (s * k + k0) * NR * 4
                 more = 1 if k0 else 0  # the first slice stores, with the bias
+                # The row stride is a literal at each call: LLVM then folds the MR row
+                # addresses into one base register (as a variable they spilled, 3× slower).
                 for pi in range(panels):
-                    micro_kernel_blocked(xa + (k0 // L) * a_blk + (q0 + pi * MR) * L * 4,
-                                         a_blk, L * 4, b, kc, sa + pi * MR * L * 4, L * 4,
-                                         pb * L * 4, ba + s * NR * 4, more)
+                    at = xa + (k0 // L) * a_blk
+                    out = sa + pi * MR * L * 4
+                    if x_blocked:
+                        micro_kernel_blocked(at + pi * MR * L * 4, a_blk, 4, L * 4, b, kc, out,
+                                             L * 4, pb * L * 4, ba + s * NR * 4, more)
+                    else:
+                        micro_kernel_blocked(at + pi * MR * 4, a_blk, a_lane, 4, b, kc, out,
+                                             L * 4, pb * L * 4, ba + s * NR * 4, more)
                 if tail:
-                    micro_kernel_blocked(ra + (k0 // L) * MR * L * 4, MR * L * 4, L * 4,
-                                         b, kc, sa + panels * MR * L * 4, L * 4,
-                                         pb * L * 4, ba + s * NR * 4, more)
+                    at = ra + (k0 // L) * r_blk
+                    out = sa + panels * MR * L * 4
+                    if x_blocked:
+                        micro_kernel_blocked(at, r_blk, 4, L * 4, b, kc, out, L * 4,
+                                             pb * L * 4, ba + s * NR * 4, more)
+                    else:
+                        micro_kernel_blocked(at, r_blk, MR * 4, 4, b, kc, out, L * 4,
+                                             pb * L * 4, ba + s * NR * 4, more)
             for half in range(2):
                 blk = 2 * s + half
                 if blk >= mb:
                     break
-                emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm, full0,
-                             full1, vecs, scratch[t])
+                if y_blocked:
+                    emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm,
+                                 full0, full1, vecs, scratch[t])
+                else:
+                    emit(st[half], min(L, m - blk * L), rows, y, img * m + blk * L, q0,
+                         acc[t], local, code, prm, full0, full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
     g = conv2d(spec, blocked=True)
-    return (g is not None and g.x_blocked and g.y_blocked and g.kh == g.kw == 1
-            and g.group == 1 and g.sh == g.sw == 1 and g.top == g.left == 0
-            and (g.oh, g.ow) == (g.h, g.w) and blocked_epilogue_ok(spec))
+    return (g is not None and g.x_blocked and g.y_blocked and _pointwise(g)
+            and blocked_epilogue_ok(spec))
+
+
+def applies_planar(spec: LayerSpec) -> bool:
+    g = conv2d(spec)
+    return g is not None and _pointwise(g)
+
+
+def _pointwise(g: Conv2d) -> bool:
+    return (g.kh == g.kw == 1 and g.group == 1 and g.sh == g.sw == 1 and g.top == g.left == 0
+            and (g.oh, g.ow) == (g.h, g.w))
 
 
 def split(n: int, pixels: int, strips: int, nthreads: int) -> int:
@@ -134,13 +172,19 @@ def split(n: int, pixels: int, strips: int, nthreads: int) -> int:
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     kb, mb = -(-geo.c // L), -(-geo.m // L)
     strips = -(-mb // 2)
-    k = kb * L
-    pb = split(geo.n, geo.pixels, strips, nthreads)
+    blocked = geo.x_blocked
+    k = kb * L if blocked else geo.c
+    p = geo.pixels
+    pb = split(geo.n, p, strips, nthreads)
     bp = np.zeros((strips, k, NR), np.float32)
     bias = np.zeros(strips * NR, np.float32)
-    rag = np.zeros((nthreads, kb, MR, L), np.float32)
+    rag = np.zeros((nthreads, k * MR), np.float32)
     stage = np.zeros((nthreads, 2, pb, L), np.float32)
-    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, pb * L)
+    acc = np.zeros((nthreads, pb * L), np.float32)
+    local = not epi.full and not epi.vec
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
+                        pb * (L if local or geo.y_blocked else 1))
+    y_shape = (geo.n * mb, p * L) if geo.y_blocked else (geo.n * geo.m, p)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
@@ -156,9 +200,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(gemm_c16, x, bp, bias, out_rows(outputs[0], geo.n * mb, geo.pixels * L),
-                       pb, nthreads, rag, stage, code, prm, full0, full1, vecs,
-                       scratch)
+        call = partial(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
+                       out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
+                       rag, stage, acc, code, prm, full0, full1, vecs, scratch, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 
@@ -168,3 +212,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
 @tactic("Conv", "gemm_nchw16c", applies=applies, native_epilogue=native_epilogue, priority=30)
 def bind_gemm_nchw16c(spec: LayerSpec) -> RunFn:
     return bind_conv(spec, _make, blocked=True)
+
+
+@tactic("Conv", "gemm_c16", applies=applies_planar, native_epilogue=native_epilogue,
+        priority=25)
+def bind_gemm_c16(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)
