@@ -31,6 +31,7 @@ MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
 _LANES = 16
 PREFETCH_BYTES = 2048  # how far ahead of the micro-kernel's reads of A to prefetch
+PREFETCH_B_BYTES = 1024  # or of B's, when the weights are B (8 steps of K ahead)
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, _LANES)
 _I64 = ir.IntType(64)
@@ -45,7 +46,8 @@ def _ptr(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int,
 def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.Value], ir.Value],
                    a_sr_: ir.Value, b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value,
                    c_: ir.Value, ldc_: ir.Value, acc_flag: ir.Value,
-                   c_half: ir.Value | None = None, bias_: ir.Value | None = None) -> None:
+                   c_half: ir.Value | None = None, bias_: ir.Value | None = None,
+                   prefetch_b: bool = False) -> None:
     """The micro-kernel's body: A's row r at step i is at a_ + r·a_sr_ + ``a_off_at(i)``,
     ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is two vectors at
     c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``: the address of
@@ -76,10 +78,15 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
                         ir.IntType(32)]), "llvm.prefetch.p0i8")
-    ahead = builder.add(builder.add(a_rows[0], a_off), ir.Constant(_I64, PREFETCH_BYTES))
-    builder.call(prefetch, [builder.inttoptr(ahead, ir.IntType(8).as_pointer()),
-                            ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
-                            ir.Constant(ir.IntType(32), 1)])
+    # When B is what streams (weights on the columns: micro_kernel_taps), its two lines
+    # per step are prefetched instead.
+    aheads = ([builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h))
+               for h in range(2)] if prefetch_b else
+              [builder.add(builder.add(a_rows[0], a_off), ir.Constant(_I64, PREFETCH_BYTES))])
+    for ahead in aheads:
+        builder.call(prefetch, [builder.inttoptr(ahead, ir.IntType(8).as_pointer()),
+                                ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
+                                ir.Constant(ir.IntType(32), 1)])
     new = []
     mask = ir.Constant(ir.VectorType(ir.IntType(32), _LANES), [0] * _LANES)
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
@@ -175,6 +182,35 @@ def micro_kernel_blocked(typingctx, a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half
         _micro_codegen(builder, a_, a_off, a_sr_,
                        lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
                        k_, c_, ldc_, acc_flag, c_half_, bias_)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def micro_kernel_taps(typingctx, a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate):  # type: ignore[no-untyped-def]
+    """``micro_kernel_blocked`` for a convolution read in place from a channel-blocked,
+    zero-bordered input: row r's window starts at a + r·a_sr (MR output pixels along an
+    output row; pass a_sr as a literal — a variable one spills the row addresses), and
+    ``taps`` is the address of k/16 int64 byte offsets (input block and kernel tap of
+    each 16 values of K): A[r, kk] is the float at a + r·a_sr + taps[kk // 16] +
+    4·(kk % 16). B streams (the weights), so B is prefetched rather than A."""
+    sig = types.void(*([types.int64] * 10))
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a_, a_sr_, taps_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
+
+        def a_off(i: ir.Value) -> ir.Value:
+            at = builder.add(taps_, builder.mul(builder.ashr(i, ir.Constant(_I64, 4)),
+                                                ir.Constant(_I64, 8)))
+            tap = builder.load(builder.inttoptr(at, _I64.as_pointer()))
+            lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)),
+                               ir.Constant(_I64, 4))
+            return builder.add(tap, lane)
+
+        _micro_codegen(builder, a_, a_off, a_sr_,
+                       lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
+                       k_, c_, ldc_, acc_flag, c_half_, bias_, prefetch_b=True)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -1,0 +1,192 @@
+"""Convolution as a GEMM over kernel taps on channel blocks of 16: the ``taps_c16`` tactic.
+
+The im2col tactic gathers every window into columns with the pixels on the vector lanes;
+a strided layer's columns are scattered reads, and a plane narrower than the 32-pixel
+strips wastes lanes. Here, as in onnxruntime's NCHWc convolution, the lanes hold output
+channels: a band of input rows is staged once per task into a zero-bordered,
+channels-innermost block (⌈c/16⌉ blocks of rows × columns × 16), and the GEMM's rows are
+output pixels — MR along an output row form a panel, whatever the stride — its K runs over
+(input block, kernel tap, lane) through a table of tap offsets (gemm.micro_kernel_taps),
+and its columns are two blocks of 16 output channels from weights packed once. Each strip
+of 32 output channels is staged with its bias and leaves through the layer's epilogue as
+NCHW rows (depthwise_c16.emit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+
+import numpy as np
+from numba import njit, prange
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Derived,
+    Thunk,
+    bias_of,
+    bind_conv,
+    out_rows,
+    runner,
+    with_bias_copy,
+    with_registers,
+)
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, _stage, emit
+from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
+from pydla.backends.cpu.kernels.conv_fast.gemm import KC, MR, NR, micro_kernel_taps
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.registry import tactic
+
+PIXELS = 192  # output pixels per band (a K slice of their windows stays in L2)
+STAGE_BYTES = 768 * 1024  # a band's staged input (all channel blocks), kept in L2
+MIN_K = 64  # c·kh·kw below this: direct_c16's broadcast loop is the better kernel
+
+
+@njit(inline="always")
+def _panel(sw: int, src: int, tk: int, b: int, kc: int, out: int, c_half: int, bias: int,
+           more: int) -> None:
+    # The row stride is a literal at each call (strides 1 and 2): LLVM then keeps the MR
+    # row addresses in one base register; a variable stride spilled them (2× slower).
+    if sw == 1:
+        micro_kernel_taps(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+    elif sw == 2:
+        micro_kernel_taps(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+    else:
+        micro_kernel_taps(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
+             oh: int, ow: int, sh: int, sw: int, top: int, left: int, reach: int, band: int,
+             groups: int, nthreads: int, taps: np.ndarray, stage: np.ndarray,
+             flat: np.ndarray, cbuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
+             prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+             scratch: np.ndarray, local: bool) -> None:
+    """x (n, c, h, w); bp (strips, K, 32) packed weights, K = 16 · blocks · taps; bias
+    (strips · 32); y (n · m, oh · ow); ``reach`` = (kh - 1)·dh + 1. Per thread: stage
+    (blocks, rows_in, cols, 16), flat (rows_in · w, 16) for _stage, cbuf (2 · strips per
+    group, band · owp, 16) the staged output blocks — each output row padded to owp, a
+    multiple of MR, where a row's last panel spills — and acc, scratch for emit."""
+    n, c = x.shape[0], x.shape[1]
+    strips, k = bp.shape[0], bp.shape[1]
+    kb, cols = stage.shape[1], stage.shape[3]
+    bands = -(-oh // band)
+    per_group = -(-strips // groups)
+    tasks = n * bands * groups
+    per = -(-tasks // nthreads)
+    for t in prange(nthreads):
+        st, cb = stage[t], cbuf[t]
+        sa, ca, ba = st.ctypes.data, cb.ctypes.data, bias.ctypes.data
+        pad = cb.shape[1]
+        owp = pad // band
+        for task in range(t * per, min(tasks, (t + 1) * per)):
+            img = task // (bands * groups)
+            r0 = (task // groups) % bands * band
+            s0 = task % groups * per_group
+            nrows = min(oh, r0 + band) - r0
+            span = (nrows - 1) * sh + reach
+            for blk in range(kb):
+                _stage(x, img, blk * L, min(L, c - blk * L), r0 * sh - top, span, left,
+                       st[blk], flat[t])
+            s1 = min(strips, s0 + per_group)
+            # K slices outermost: a slice of the staged windows stays in L2 while every
+            # strip of the group streams its weights past it.
+            for k0 in range(0, k, KC):
+                kc = min(KC, k - k0)
+                more = 1 if k0 else 0
+                tk = taps.ctypes.data + (k0 // L) * 8
+                for s in range(s0, s1):
+                    b = bp.ctypes.data + (s * k + k0) * NR * 4
+                    out = ca + (s - s0) * 2 * pad * L * 4
+                    for r in range(nrows):  # panels of MR pixels along each output row
+                        src = sa + r * sh * cols * L * 4
+                        for q in range(0, ow, MR):
+                            _panel(sw, src + q * sw * L * 4, tk, b, kc,
+                                   out + (r * owp + q) * L * 4, pad * L * 4, ba + s * NR * 4,
+                                   more)
+            for s in range(s0, s1):
+                for half in range(2):
+                    c0 = (2 * s + half) * L
+                    if c0 >= m:
+                        break
+                    ob = cb[(s - s0) * 2 + half]
+                    for r in range(nrows):
+                        emit(ob[r * owp:], min(L, m - c0), ow, y, img * m + c0, (r0 + r) * ow,
+                             acc[t], local, code, prm, full0, full1, vecs, scratch[t])
+
+
+def applies(spec: LayerSpec) -> bool:
+    g = conv2d(spec)
+    return g is not None and g.group == 1 and g.c * g.kh * g.kw >= MIN_K
+
+
+def plan(geo: Conv2d, nthreads: int) -> tuple[int, int, int, int]:
+    """(band, strip groups, staged rows, staged columns)."""
+    # Wide enough for a row's last panel of MR pixels: its spill reads zeros.
+    cols = (-(-geo.ow // MR) * MR - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
+    kb = -(-geo.c // L)
+    band = max(1, min(geo.oh, -(-PIXELS // geo.ow)))
+
+    def rows_in(b: int) -> int:
+        return (b - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
+
+    while band > 1 and kb * rows_in(band) * cols * L * 4 > STAGE_BYTES:
+        band -= 1
+    strips = -(-geo.m // (2 * L))
+    tasks = geo.n * -(-geo.oh // band)
+    groups = 1
+    if tasks % nthreads and strips >= nthreads:
+        groups = nthreads // math.gcd(tasks, nthreads)
+    return band, groups, rows_in(band), cols
+
+
+def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+    band, groups, rows_in, cols = plan(geo, nthreads)
+    kb, mb = -(-geo.c // L), -(-geo.m // L)
+    strips = -(-mb // 2)
+    ntaps = geo.kh * geo.kw
+    k = kb * ntaps * L
+    pad = band * -(-geo.ow // MR) * MR
+    bp = np.zeros((strips, k, NR), np.float32)
+    bias = np.zeros(strips * NR, np.float32)
+    stage = np.zeros((nthreads, kb, rows_in, cols, L), np.float32)
+    flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)
+    cbuf = np.zeros((nthreads, 2 * -(-strips // groups), pad, L), np.float32)
+    acc = np.zeros((nthreads, pad * L), np.float32)
+    block_bytes = rows_in * cols * L * 4
+    taps = np.array([blk * block_bytes + ((i * geo.dh) * cols + j * geo.dw) * L * 4
+                     for blk in range(kb) for i in range(geo.kh) for j in range(geo.kw)],
+                    np.int64)
+    local = not epi.full and not epi.vec
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, pad * (L if local else 1))
+    zeros = np.zeros(geo.m, np.float32)
+    zeros.flags.writeable = False  # a constant bias
+    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+
+    def pack(w: np.ndarray) -> None:
+        wt = np.zeros((strips * NR, kb * L, ntaps), np.float32)
+        wt[:geo.m, :geo.c] = w.reshape(geo.m, geo.c, ntaps)
+        # B[(block·taps + tap)·16 + lane, out] = W[out, block·16 + lane, tap]
+        b = wt.reshape(strips * NR, kb, L, ntaps).transpose(1, 3, 2, 0).reshape(k, -1)
+        bp[:] = b.reshape(k, strips, NR).transpose(1, 0, 2)
+
+    packed = Derived(pack)
+
+    def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        full0, full1 = args.fulls(inputs)
+        call = partial(taps_c16, x, bp, bias, out_rows(outputs[0], geo.n * geo.m, geo.pixels),
+                       geo.m, geo.oh, geo.ow, geo.sh, geo.sw, geo.top, geo.left,
+                       (geo.kh - 1) * geo.dh + 1, band, groups, nthreads, taps, stage, flat,
+                       cbuf, acc, code, prm, full0, full1, vecs, scratch, local)
+        call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
+        return with_registers(packed.before(w, call), args, inputs)
+
+    return runner(prepare)
+
+
+@tactic("Conv", "taps_c16", applies=applies, native_epilogue=native_epilogue, priority=12)
+def bind_taps_c16(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)
