@@ -5,7 +5,8 @@ a strided layer's columns are scattered reads, and a plane narrower than the 32-
 strips wastes lanes. Here, as in onnxruntime's NCHWc convolution, the lanes hold output
 channels: a band of input rows is staged once per task into a zero-bordered,
 channels-innermost block (⌈c/16⌉ blocks of rows × columns × 16), and the GEMM's rows are
-output pixels — MR along an output row form a panel, whatever the stride — its K runs over
+output pixels — MR along an output row form a panel, whatever the stride (at stride 1 they
+run on across rows) — its K runs over
 (input block, kernel tap, lane) through a table of tap offsets (gemm.micro_kernel_taps),
 and its columns are two blocks of 16 output channels from weights packed once. Each strip
 of 32 output channels is staged with its bias and leaves through the layer's epilogue as
@@ -59,15 +60,18 @@ def _panel(sw: int, src: int, tk: int, b: int, kc: int, out: int, c_half: int, b
 @njit(cache=True, parallel=True, error_model="numpy")
 def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
              oh: int, ow: int, sh: int, sw: int, top: int, left: int, reach: int, band: int,
+             rstride: int,
              groups: int, nthreads: int, taps: np.ndarray, stage: np.ndarray,
              flat: np.ndarray, cbuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
              prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
              scratch: np.ndarray, local: bool) -> None:
     """x (n, c, h, w); bp (strips, K, 32) packed weights, K = 16 · blocks · taps; bias
     (strips · 32); y (n · m, oh · ow); ``reach`` = (kh - 1)·dh + 1. Per thread: stage
-    (blocks, rows_in, cols, 16), flat (rows_in · w, 16) for _stage, cbuf (2 · strips per
-    group, band · owp, 16) the staged output blocks — each output row padded to owp, a
-    multiple of MR, where a row's last panel spills — and acc, scratch for emit."""
+    (blocks, rows_in + 1, cols, 16), flat (rows_in · w, 16) for _stage, cbuf (2 · strips
+    per group, pad, 16) the staged output blocks, output row r from pixel r · rstride —
+    rstride = cols at stride 1, where panels run on across rows over the staged width
+    (the pixels past ow are computed and dropped), else ow rounded up to MR, each row's
+    last panel spilling into its padding — and acc, scratch for emit."""
     n, c = x.shape[0], x.shape[1]
     strips, k = bp.shape[0], bp.shape[1]
     kb, cols = stage.shape[1], stage.shape[3]
@@ -79,7 +83,6 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
         st, cb = stage[t], cbuf[t]
         sa, ca, ba = st.ctypes.data, cb.ctypes.data, bias.ctypes.data
         pad = cb.shape[1]
-        owp = pad // band
         for task in range(t * per, min(tasks, (t + 1) * per)):
             img = task // (bands * groups)
             r0 = (task // groups) % bands * band
@@ -99,12 +102,17 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
                 for s in range(s0, s1):
                     b = bp.ctypes.data + (s * k + k0) * NR * 4
                     out = ca + (s - s0) * 2 * pad * L * 4
+                    if rstride == cols:  # stride 1: panels run on across rows
+                        for v in range(0, (nrows - 1) * cols + ow, MR):
+                            _panel(1, sa + v * L * 4, tk, b, kc, out + v * L * 4,
+                                   pad * L * 4, ba + s * NR * 4, more)
+                        continue
                     for r in range(nrows):  # panels of MR pixels along each output row
                         src = sa + r * sh * cols * L * 4
                         for q in range(0, ow, MR):
                             _panel(sw, src + q * sw * L * 4, tk, b, kc,
-                                   out + (r * owp + q) * L * 4, pad * L * 4, ba + s * NR * 4,
-                                   more)
+                                   out + (r * rstride + q) * L * 4, pad * L * 4,
+                                   ba + s * NR * 4, more)
             for s in range(s0, s1):
                 for half in range(2):
                     c0 = (2 * s + half) * L
@@ -112,8 +120,9 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
                         break
                     ob = cb[(s - s0) * 2 + half]
                     for r in range(nrows):
-                        emit(ob[r * owp:], min(L, m - c0), ow, y, img * m + c0, (r0 + r) * ow,
-                             acc[t], local, code, prm, full0, full1, vecs, scratch[t])
+                        emit(ob[r * rstride:], min(L, m - c0), ow, y, img * m + c0,
+                             (r0 + r) * ow, acc[t], local, code, prm, full0, full1, vecs,
+                             scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -123,8 +132,10 @@ def applies(spec: LayerSpec) -> bool:
 
 def plan(geo: Conv2d, nthreads: int) -> tuple[int, int, int, int]:
     """(band, strip groups, staged rows, staged columns)."""
-    # Wide enough for a row's last panel of MR pixels: its spill reads zeros.
-    cols = (-(-geo.ow // MR) * MR - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
+    # Strided: wide enough for a row's last panel of MR pixels (its spill reads zeros);
+    # stride 1: just the windows, panels run on into the next row.
+    span = geo.ow if geo.sh == geo.sw == 1 else -(-geo.ow // MR) * MR
+    cols = (span - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
     kb = -(-geo.c // L)
     band = max(1, min(geo.oh, -(-PIXELS // geo.ow)))
 
@@ -147,14 +158,18 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     strips = -(-mb // 2)
     ntaps = geo.kh * geo.kw
     k = kb * ntaps * L
-    pad = band * -(-geo.ow // MR) * MR
+    # Stride 1: virtual rows as wide as the staged ones; else rows padded to whole panels.
+    rstride = cols if geo.sh == geo.sw == 1 else -(-geo.ow // MR) * MR
+    pad = -(-band * rstride // MR) * MR
     bp = np.zeros((strips, k, NR), np.float32)
     bias = np.zeros(strips * NR, np.float32)
-    stage = np.zeros((nthreads, kb, rows_in, cols, L), np.float32)
+    # A spare row per block: the last panel of a stride-1 band reads up to MR - 1
+    # pixels past its end.
+    stage = np.zeros((nthreads, kb, rows_in + 1, cols, L), np.float32)
     flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)
     cbuf = np.zeros((nthreads, 2 * -(-strips // groups), pad, L), np.float32)
     acc = np.zeros((nthreads, pad * L), np.float32)
-    block_bytes = rows_in * cols * L * 4
+    block_bytes = (rows_in + 1) * cols * L * 4
     taps = np.array([blk * block_bytes + ((i * geo.dh) * cols + j * geo.dw) * L * 4
                      for blk in range(kb) for i in range(geo.kh) for j in range(geo.kw)],
                     np.int64)
@@ -179,7 +194,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         call = partial(taps_c16, x, bp, bias, out_rows(outputs[0], geo.n * geo.m, geo.pixels),
                        geo.m, geo.oh, geo.ow, geo.sh, geo.sw, geo.top, geo.left,
-                       (geo.kh - 1) * geo.dh + 1, band, groups, nthreads, taps, stage, flat,
+                       (geo.kh - 1) * geo.dh + 1, band, rstride, groups, nthreads, taps, stage,
+                       flat,
                        cbuf, acc, code, prm, full0, full1, vecs, scratch, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
