@@ -72,8 +72,9 @@ def format_layer_info(info: dict) -> str:
                         if t and t["format"] != "weight")
         outs = ", ".join(f"{t['name']}{t['shape']}:{t['dtype']}" for t in lay["outputs"])
         extra = f" + {'+'.join(lay['epilogue'])}" if "epilogue" in lay else ""
+        layout = f", {' -> '.join(lay['layouts'])}" if "layouts" in lay else ""
         lines.append(f"[pydla] Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
-                     f"tactic {lay['tactic']}): {ins} -> {outs}  "
+                     f"tactic {lay['tactic']}{layout}): {ins} -> {outs}  "
                      f"[from {', '.join(lay['fused_from'])}]")
     m = info["memory"]
     lines.append(f"[pydla] Memory: activations {m['activation_bytes']:,} bytes (naive "

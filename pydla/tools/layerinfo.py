@@ -36,6 +36,11 @@ def layer_info(program: Program) -> dict[str, Any]:
             entry["program"] = [s["op"] for s in lay.attrs["program"]]
         if lay.attrs.get("in_place"):
             entry["in_place"] = True
+        if "layouts" in lay.attrs:  # a convolution in the channel-blocked layout
+            entry["layouts"] = list(lay.attrs["layouts"])
+        elif lay.op == "Reorder":
+            entry["layouts"] = ["nchw16c" if lay.attrs.get("to") == "nchw" else "nchw",
+                                str(lay.attrs.get("to"))]
         layers.append(entry)
     activations = [t for t in tensors if t.kind != "weight"]
     return {

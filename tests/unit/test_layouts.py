@@ -22,6 +22,7 @@ from pydla.dtypes import DType
 from pydla.engine import LoadedModule
 from pydla.errors import KernelError
 from pydla.loadable import read_loadable
+from pydla.tools.layerinfo import layer_info
 from tests.oracle import make_model, model_tolerance_ok, run_ort
 
 RNG = np.random.default_rng(11)
@@ -102,6 +103,9 @@ def test_mobile_model_blocked_matches_onnxruntime(batch: int) -> None:
     reorders = [layer for layer in prog.layers if layer.op == "Reorder"]
     # Out of blocks: the pooled SE vector and the pooled features; nothing else.
     assert len(reorders) == 2 and all(r.attrs["to"] == "nchw" for r in reorders)
+    info = {entry["name"]: entry for entry in layer_info(prog)["layers"]}  # inspect's view
+    assert info[blocked[0].name]["layouts"] == ["nchw", "nchw16c"]
+    assert info[reorders[0].name]["layouts"] == ["nchw16c", "nchw"]
     shapes = {prog.tensors[layer.outputs[0]].shape for layer in blocked}
     assert (batch, 5, 8, 8, 16) in shapes  # 72 channels at 8×8 in five blocks
     assert all(len(prog.tensors[io.tensor].shape) in (2, 4) for io in prog.outputs + prog.inputs)
