@@ -22,6 +22,7 @@ from pydla.backends.cpu.steps import prebind
 from pydla.errors import BuildError
 from pydla.ir import Graph, Node
 from pydla.passes.base import PassContext
+from pydla.plan import precompile
 
 CACHE_VERSION = 1
 
@@ -192,6 +193,23 @@ def pick(timings: dict[str, float]) -> str:
     return best
 
 
+def _precompile(graph: Graph, cache: TimingCache | None, cold: bool) -> None:
+    """Compile, in parallel workers, one layer of each tactic this process has not bound
+    yet and whose timing is missing (pydla.plan.precompile)."""
+    jobs: dict[tuple[str, str], dict[str, Any]] = {}
+    for node in graph.nodes:
+        spec = layer_spec(node)
+        key = layer_key(spec) + (":cold" if cold else "")
+        known = cache.entries.get(key, {}) if cache is not None else {}
+        for t in candidate_tactics(spec):
+            if t.name in known or precompile.seen(node.op, t.name) or (node.op, t.name) in jobs:
+                continue
+            jobs[(node.op, t.name)] = precompile.encode(
+                LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, t.name),
+                [v is not None and v.is_const for v in node.inputs], t.bind.__module__)
+    precompile.compile_in_workers(list(jobs.values()))
+
+
 def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
                    cache: TimingCache | None = None,
                    progress: Callable[[int, int], Any] | None = None) -> None:
@@ -202,6 +220,8 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
     # Half the cache: it also holds the activations and what kernels derive from the
     # weights (Winograd's transformed filters are 16/9 to 4× the filters).
     cold = weight_bytes > _last_level_cache_bytes() // 2
+    if autotune:
+        _precompile(graph, cache, cold)
     for i, node in enumerate(graph.nodes):
         if progress is not None:
             progress(i, len(graph.nodes))
@@ -225,6 +245,7 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
             inputs = _sample_inputs(node, rng)
             for n in missing:
                 timings[n] = time_tactic(node, n, inputs, cold=cold)
+                precompile.mark(node.op, n)
             if cache is not None:
                 cache.entries[key] = {**known, **timings}
         node.tactic = pick(timings)
