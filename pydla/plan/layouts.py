@@ -35,6 +35,17 @@ BLOCKED, PLANAR = "nchw16c", "nchw"
 BLOCK = 16
 MAX_STEM_K = 160  # c·kh·kw of a stem the direct kernel takes (conv_fast.direct_c16.MAX_K)
 MIN_PIXELS = 16  # 1×1 layers on smaller planes (squeeze-excitation vectors) stay planar
+# A stem writing fewer channels still writes one block (lanes past m zero): cheaper than
+# reordering its output, which at a 640×640 input's 320×320 plane cost DBNet 0.7 ms.
+MIN_STEM_CHANNELS = 4
+# Layers on planes larger than this whose blocks would be more than a quarter padding (8 or
+# 24 channels) stay planar: at 320×320 and 160×160 they are memory-bound, and the padded
+# lanes cost as much as the data (DBNet's early stages ran 40 % slower blocked).
+LARGE_PLANE = 128 * 128
+# A layer on a plane this large that needs more reorders blocked than planar stays planar:
+# reorders of a large plane cost more than the blocked kernel saves (DBNet's FPN: 1×1
+# convolutions adding planar upsamplings, read by planar 3×3 layers).
+ISLAND_PIXELS = 1024
 # Pointwise ops that keep finite inputs finite (the padded lanes must stay harmless).
 SAFE_POINTWISE = frozenset({
     "Add", "Sub", "Mul", "Max", "Min", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid",
@@ -74,6 +85,8 @@ def _conv_role(node: Node) -> str | None:
     a = node.attrs
     group = int(a.get("group", 1))
     m, cg, kh, kw = w.shape
+    if out.shape[2] * out.shape[3] > LARGE_PLANE and max(_waste(x.shape[1]), _waste(m)) > 0.25:
+        return None
     if group == x.shape[1] == m and cg == 1:
         return "depthwise"
     if group != 1:
@@ -82,10 +95,16 @@ def _conv_role(node: Node) -> str | None:
             and not any(a.get("pads") or []) and out.shape[2] * out.shape[3] >= MIN_PIXELS:
         return "pointwise"
     # A stem reads the network's image (or what a layer outside any region made of it).
-    if x.shape[1] * kh * kw <= MAX_STEM_K and m >= BLOCK and (
+    if x.shape[1] * kh * kw <= MAX_STEM_K and m >= MIN_STEM_CHANNELS and (
             x.producer is None or _role(x.producer) is None):
         return "stem"
     return None
+
+
+def _waste(channels: int) -> float:
+    """The share of a blocked tensor's lanes past its last channel."""
+    lanes = -(-channels // BLOCK) * BLOCK
+    return (lanes - channels) / lanes
 
 
 def _pointwise_ok(node: Node) -> bool:
@@ -147,7 +166,48 @@ def _regions(graph: Graph) -> dict[int, str]:
             if src is not None and id(src) in roles:
                 parent[find(id(src))] = find(id(node))
     keep = {find(k) for k, r in roles.items() if r == "depthwise"}
-    return {k: r for k, r in roles.items() if find(k) in keep}
+    chosen = {k: r for k, r in roles.items() if find(k) in keep}
+    return _drop_islands(graph, chosen)
+
+
+def _drop_islands(graph: Graph, chosen: dict[int, str]) -> dict[int, str]:
+    """Remove the layers on large planes that cost more reorders blocked than planar —
+    values reordered into blocks for them and their output reordered back, against their
+    blocked inputs reordered out and their output reordered in for blocked readers — until
+    none is left: each removal changes its neighbours' sums. (DBNet's first depthwise
+    layer, 320×320 → 160×160, needed its 32-channel input reordered: 0.8 ms for a
+    1 ms layer.)"""
+    users = graph.consumers()
+    changed = True
+    while changed:
+        changed = False
+        for node in graph.nodes:
+            role = chosen.get(id(node))
+            if role is None:
+                continue
+            out = node.outputs[0]
+            big = max((v.shape[2] * v.shape[3] for v in (node.inputs[0], out)
+                       if v is not None and len(v.shape) >= 4), default=0)
+            if big < ISLAND_PIXELS:
+                continue
+            blocked_cost = planar_cost = 0
+            for i in _reads_blocked(node, role):
+                v = node.inputs[i]
+                if v is None:
+                    continue
+                if v.producer is not None and id(v.producer) in chosen:
+                    planar_cost += v.size
+                else:
+                    blocked_cost += v.size
+            readers = users.get(id(out), [])
+            if any(id(u) not in chosen for u in readers) or any(v is out for v in graph.outputs):
+                blocked_cost += out.size
+            if any(id(u) in chosen for u in readers):
+                planar_cost += out.size
+            if blocked_cost > planar_cost:
+                del chosen[id(node)]
+                changed = True
+    return chosen
 
 
 def assign_layouts(graph: Graph, ctx: PassContext) -> int:
