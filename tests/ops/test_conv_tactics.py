@@ -32,10 +32,10 @@ from pydla.plan.lower import lower
 from tests.oracle import make_model, model_tolerance_ok, run_ort
 
 RNG = np.random.default_rng(5)
-FAST = ("gemm1x1", "gemm_c16", "depthwise", "depthwise_c16", "direct_c16", "winograd4",
-        "winograd2", "im2col", "taps_c16")
+FAST = ("gemm1x1", "gemm_c16", "gemv", "depthwise", "depthwise_c16", "direct_c16",
+        "winograd4", "winograd2", "im2col", "taps_c16")
 # The channel-blocked layout's tactics (pydla.plan.layouts; tests/unit/test_layouts.py).
-BLOCKED = ("gemm_nchw16c", "depthwise_nchw16c", "direct_nchw16c")
+BLOCKED = ("gemm_nchw16c", "depthwise_nchw16c", "direct_nchw16c", "gemv_nchw16c")
 
 
 def _tol(tactic: str) -> float:
@@ -108,6 +108,8 @@ def _check_all(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mappin
         expected = expected | {"direct_c16"}  # few input channels or pixels: direct too
     if "gemm1x1" in expected and tuple(attrs.get("strides", (1, 1))) == (1, 1):
         expected = expected | {"gemm_c16"}  # 1×1 stride 1: pixels as rows too
+    if "gemm_c16" in expected and pixels <= 4:
+        expected = expected | {"gemv"}  # a few pixels: dot products
     if attrs.get("group", 1) == 1 and w[0].size >= 64:
         expected = expected | {"taps_c16"}  # any one-group layer with K ≥ 64
     applicable = {t.name for t in candidate_tactics(spec) if t.name in FAST}
@@ -308,6 +310,7 @@ EPILOGUES: list[tuple[str, list[dict[str, Any]], list[Any]]] = [
 LAYERS = {  # tactic -> (x shape, w shape, attrs)
     "gemm1x1": ((2, 16, 9, 9), (24, 16, 1, 1), _attrs()),
     "gemm_c16": ((2, 40, 7, 9), (72, 40, 1, 1), _attrs()),
+    "gemv": ((2, 72, 1, 2), (24, 72, 1, 1), _attrs()),
     "taps_c16": ((2, 20, 11, 13), (40, 20, 3, 3), _attrs((2, 1), (1, 2, 0, 1), (1, 2))),
     "depthwise": ((2, 16, 9, 9), (16, 1, 3, 3), _attrs(pads=(1, 1, 1, 1), group=16)),
     # 20 channels: one full block of 16 and a partial one
@@ -480,6 +483,7 @@ def _forced(model: Any, tactic: str) -> LoadedModule:
 ORT_MODELS = {  # tactic -> (x shape, w shape, Conv attributes, activation)
     "gemm1x1": ((1, 32, 12, 12), (48, 32, 1, 1), {"strides": [2, 2]}, "Relu"),
     "gemm_c16": ((2, 300, 7, 7), (40, 300, 1, 1), {}, "HardSwish"),
+    "gemv": ((2, 576, 1, 1), (144, 576, 1, 1), {}, "HardSigmoid"),
     "taps_c16": ((1, 24, 17, 15), (40, 24, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]},
                  "Relu"),
     "depthwise": ((2, 24, 13, 13), (24, 1, 5, 5), {"pads": [2, 2, 2, 2], "strides": [2, 2],

@@ -1,7 +1,8 @@
 """Fast Conv tactics for the CPU backend: numba kernels in one thread pool
 (pydla.backends.cpu.threads), each running the layer's pointwise epilogue in its output loop.
 
-Tactics (one module each): ``gemm1x1`` (1×1, any stride), ``depthwise`` and
+Tactics (one module each): ``gemm1x1`` (1×1, any stride), ``gemv`` (1×1 on planes of a
+few pixels: squeeze-excitation), ``depthwise`` and
 ``depthwise_c16`` (planes, or blocks of 16 channels), ``direct_c16`` (few input channels:
 stems), ``winograd4`` / ``winograd2`` (3×3 stride 1), ``im2col`` (any 2-D convolution,
 as an implicit GEMM), ``taps_c16`` (any one-group convolution as a GEMM over kernel taps
@@ -21,6 +22,7 @@ from pydla.backends.cpu.kernels.conv_fast import (  # noqa: F401
     direct_c16,
     gemm1x1,
     gemm_c16,
+    gemv,
     im2col,
     taps_c16,
     transpose,
