@@ -159,12 +159,12 @@ def _pointwise(g: Conv2d) -> bool:
 
 def split(n: int, pixels: int, strips: int, nthreads: int) -> int:
     """Pixels per block: at most PIXELS, whole MR panels, evenly sized — and smaller
-    while there are fewer than four tasks (pixel block × strip) per thread, so that the
+    while there are fewer than eight tasks (pixel block × strip) per thread, so that the
     threads' shares differ by little (a fork-join region lasts as long as its busiest
     thread: a 7×7 layer's three strips on two threads left one idle a third of the time)."""
     panels = -(-pixels // MR)
     count = -(-pixels // PIXELS)
-    while n * count * strips < 4 * nthreads and count < panels:
+    while n * count * strips < 8 * nthreads and count < panels:
         count += 1
     return -(-panels // count) * MR
 
