@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import time
 from dataclasses import dataclass
@@ -103,16 +102,9 @@ LAYERS = [
 QUICK = LAYERS[:4]
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def ort_session(model: onnx.ModelProto) -> ort.InferenceSession:
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = cores()
+    opts.intra_op_num_threads = threads.cores()
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
@@ -305,7 +297,7 @@ def main() -> None:
     geomean = float(np.exp(np.mean(np.log(ratios))))
     print(f"geometric mean ratio pydla/onnxruntime over {len(rows)} layers: {geomean:.3f}")
     result: dict[str, Any] = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": cores(),
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": threads.cores(),
                     "numpy": np.__version__, "onnxruntime": ort.__version__,
                     "pydla_threads": threads.num_threads()},
         "layers": rows, "geomean_ratio": geomean}

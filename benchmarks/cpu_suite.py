@@ -40,6 +40,7 @@ import onnxruntime as ort
 
 from benchmarks.models import SUITE
 from benchmarks.timing import alternate, others_load, wait_for_idle
+from pydla.backends.cpu import threads
 from pydla.builder import BuildOptions, build
 from pydla.engine import LoadedModule
 from pydla.plan.tactics import machine_id
@@ -59,16 +60,9 @@ def blas_info() -> dict[str, Any]:
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")}
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def ort_session(model_bytes: bytes) -> ort.InferenceSession:
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = cores()
+    opts.intra_op_num_threads = threads.cores()
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
@@ -203,14 +197,15 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         report = {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"id": machine_id(), "cores": cores(), "python": platform.python_version(),
+            "machine": {"id": machine_id(), "cores": threads.cores(),
+                        "python": platform.python_version(),
                         "numpy": np.__version__, "numba": numba.__version__,
                         "onnxruntime": ort.__version__, "blas": blas},
             "settings": {"runs": args.runs, "seconds": args.seconds, "settle_s": args.settle,
                          "attempts": args.attempts, "max_others_load": args.max_load,
                          "rounds": "alternating rounds of ~0.5 s, runs of the first 0.1 s "
                                    "not counted (the other engine's threads still spin)",
-                         "ort_threads": cores(), "ort_optimization": "ORT_ENABLE_ALL"},
+                         "ort_threads": threads.cores(), "ort_optimization": "ORT_ENABLE_ALL"},
             "geomean_ratio": means, "results": rows}
         out.write_text(json.dumps(report, indent=1) + "\n")
         print(f"wrote {out}")

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydla.backends.cpu.kernels.conv_fast.direct_c16 import MAX_K as MAX_STEM_K
+from pydla.backends.cpu.kernels.conv_fast.epilogue import native_epilogue
+from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK, BLOCKED, PLANAR, blocked_shape
 from pydla.dtypes import DType
 from pydla.ir import Graph, Node, Value
 from pydla.passes import PassContext
 
-BLOCKED, PLANAR = "nchw16c", "nchw"
-BLOCK = 16
-MAX_STEM_K = 160  # c·kh·kw of a stem the direct kernel takes (conv_fast.direct_c16.MAX_K)
 MIN_PIXELS = 16  # 1×1 layers on smaller planes (squeeze-excitation vectors) stay planar
 # A stem writing fewer channels still writes one block (lanes past m zero): cheaper than
 # reordering its output, which at a 640×640 input's 320×320 plane cost DBNet 0.7 ms.
@@ -51,13 +51,6 @@ SAFE_POINTWISE = frozenset({
     "Add", "Sub", "Mul", "Max", "Min", "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid",
     "HardSwish", "Swish", "Tanh", "Neg", "Abs", "PRelu", "Identity",
 })
-# Epilogue ops the blocked convolution kernels run (conv_fast.epilogue).
-EPILOGUE_OPS = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish",
-                          "Swish", "Add", "Sub", "Mul", "Max", "Min"})
-
-
-def blocked_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    return (shape[0], -(-shape[1] // BLOCK), *shape[2:], BLOCK)
 
 
 def _f32(values: Sequence[Value | None]) -> bool:
@@ -71,8 +64,10 @@ def _epilogue_ok(node: Node, out: Value) -> bool:
     extras = node.inputs[len(node.inputs) - int(epi["inputs"]):]
     if any(v is None or v.is_const or v.shape != out.shape for v in extras):
         return False  # per-channel operands have no row of their own in a blocked run
-    return all(s["op"] in EPILOGUE_OPS and list(s["shape"]) == list(out.shape)
-               for s in epi["program"])
+    # One the convolution kernels run themselves (conv_fast.epilogue), of safe ops.
+    program = epi["program"]
+    return (native_epilogue(program) and list(program[-1]["shape"]) == list(out.shape)
+            and all(s["op"] in SAFE_POINTWISE for s in program))
 
 
 def _conv_role(node: Node) -> str | None:
@@ -147,7 +142,7 @@ def _reads_blocked(node: Node, role: str) -> list[int]:
     return [i for i, v in enumerate(node.inputs) if v is not None and not v.is_const]
 
 
-def _regions(graph: Graph) -> dict[int, str]:
+def _regions(graph: Graph, users: dict[int, list[Node]]) -> dict[int, str]:
     """id(node) → role for the layers of every region holding a depthwise convolution."""
     roles = {id(n): r for n in graph.nodes if (r := _role(n)) is not None}
     parent = {k: k for k in roles}
@@ -167,17 +162,17 @@ def _regions(graph: Graph) -> dict[int, str]:
                 parent[find(id(src))] = find(id(node))
     keep = {find(k) for k, r in roles.items() if r == "depthwise"}
     chosen = {k: r for k, r in roles.items() if find(k) in keep}
-    return _drop_islands(graph, chosen)
+    return _drop_islands(graph, chosen, users)
 
 
-def _drop_islands(graph: Graph, chosen: dict[int, str]) -> dict[int, str]:
+def _drop_islands(graph: Graph, chosen: dict[int, str],
+                  users: dict[int, list[Node]]) -> dict[int, str]:
     """Remove the layers on large planes that cost more reorders blocked than planar —
     values reordered into blocks for them and their output reordered back, against their
     blocked inputs reordered out and their output reordered in for blocked readers — until
     none is left: each removal changes its neighbours' sums. (DBNet's first depthwise
     layer, 320×320 → 160×160, needed its 32-channel input reordered: 0.8 ms for a
     1 ms layer.)"""
-    users = graph.consumers()
     changed = True
     while changed:
         changed = False
@@ -213,7 +208,8 @@ def _drop_islands(graph: Graph, chosen: dict[int, str]) -> dict[int, str]:
 def assign_layouts(graph: Graph, ctx: PassContext) -> int:
     """Put the depthwise regions of ``graph`` in the blocked layout; returns how many
     layers run blocked (reorders not counted)."""
-    chosen = _regions(graph)
+    users = graph.consumers()
+    chosen = _regions(graph, users)
     if not chosen:
         return 0
     blocked_of: dict[int, Value] = {}  # id(planar value) → its blocked twin
@@ -231,7 +227,6 @@ def assign_layouts(graph: Graph, ctx: PassContext) -> int:
         blocked_of[id(v)] = vb
         return vb
 
-    users = graph.consumers()
     outputs = {id(v) for v in graph.outputs}
     nodes: list[Node] = []
     # Graph inputs a blocked layer reads: reordered first.

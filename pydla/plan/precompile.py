@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from pydla.backends.base import LayerSpec, TensorSpec
+from pydla.backends.cpu.threads import cores as _cores
 from pydla.dtypes import DType
 
 MIN_JOBS = 3  # fewer new kernels than this: not worth starting interpreters
@@ -38,13 +39,6 @@ def seen(op: str, tactic: str) -> bool:
 
 def mark(op: str, tactic: str) -> None:
     _SEEN.add((op, tactic))
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def encode(spec: LayerSpec, constant: Sequence[bool], module: str) -> dict[str, Any]:

@@ -31,7 +31,8 @@ _requested: int | None = None
 _blas_limit: object | None = None  # threadpoolctl's limiter, kept so the limit can be undone
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))  # respects taskset / container CPU sets
     except (AttributeError, OSError):
@@ -63,7 +64,7 @@ def num_threads() -> int:
     """The thread count the next bound program will use."""
     wanted = _requested if _requested is not None else _from_env()
     if wanted is None:
-        wanted = _cores()
+        wanted = cores()
     return max(1, min(wanted, numba.config.NUMBA_NUM_THREADS))
 
 

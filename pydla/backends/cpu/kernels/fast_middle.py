@@ -13,8 +13,9 @@ vector_sum; I a multiple of 16) and split the work over the threads.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,11 @@ from pydla.backends.cpu.kernels.conv_fast.simd import LANES as L
 from pydla.backends.cpu.kernels.conv_fast.simd import vector_rows, vector_sum
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_program
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import PreboundKernel
 from pydla.dtypes import DType
 
 _OPS = {"Mul": 0, "Add": 1, "Sub": 2}
+Thunk = Callable[[], object]
 
 
 _MUL, _ADD, _SUB, _RSUB = (vector_rows(op) for op in ("mul", "add", "sub", "rsub"))
@@ -115,13 +118,13 @@ def bind_reduce(spec: LayerSpec) -> RunFn:
     scale = 1.0 / shape3[1] if spec.op == "ReduceMean" else 1.0
     nthreads = threads.configure()
 
-    def run_fn(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-        src = inputs[0]
+    def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
+        src = ins[0]
         assert src is not None
-        _reduce(np.ascontiguousarray(src).reshape(shape3),
-                outputs[0].reshape(shape3[0], shape3[2]), scale, nthreads)
+        return partial(_reduce, np.ascontiguousarray(src).reshape(shape3),
+                       outs[0].reshape(shape3[0], shape3[2]), scale, nthreads)
 
-    return run_fn
+    return PreboundKernel(prebind)
 
 
 @dataclass(frozen=True)
@@ -189,23 +192,30 @@ def bind_broadcast(spec: LayerSpec) -> RunFn:
     geo = _broadcast_geometry(spec)
     assert geo is not None
     nthreads = threads.configure()
-    a, i, _ = geo.shape3
+    outer, _, inner = geo.shape3
     gate = _prefix(spec, geo) if geo.prefix else None
     small_spec = spec.inputs[1 - geo.full]
     assert small_spec is not None
     gated = np.zeros(small_spec.shape, np.float32)
 
-    def run_fn(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-        full, small = inputs[geo.full], inputs[1 - geo.full]
+    def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
+        full, small = ins[geo.full], ins[1 - geo.full]
         assert full is not None and small is not None
-        if gate is not None:
-            gate([small], [gated])
-            small = gated
-        _broadcast(np.ascontiguousarray(full).reshape(geo.shape3),
-                   np.ascontiguousarray(small).reshape(a, geo.shape3[2]),
-                   outputs[0].reshape(geo.shape3), geo.op, geo.s_first, nthreads)
+        gate_step = gate.prebind([small], [gated]) if gate is not None else None
+        operand = gated if gate is not None else np.ascontiguousarray(small)
+        scale = partial(_broadcast, np.ascontiguousarray(full).reshape(geo.shape3),
+                        operand.reshape(outer, inner), outs[0].reshape(geo.shape3), geo.op,
+                        geo.s_first, nthreads)
+        if gate_step is None:
+            return scale
 
-    return run_fn
+        def run() -> None:
+            gate_step()
+            scale()
+
+        return run
+
+    return PreboundKernel(prebind)
 
 
 for _op in ("ReduceMean", "ReduceSum"):

@@ -9,7 +9,8 @@ channel block) on the engine's threads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -20,7 +21,10 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK as L
 from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCKED, PLANAR
 from pydla.backends.cpu.kernels.conv_fast.simd import transpose16
 from pydla.backends.cpu.registry import kernel
+from pydla.backends.cpu.steps import PreboundKernel
 from pydla.errors import KernelError
+
+Thunk = Callable[[], object]
 
 
 def to_blocked(x: np.ndarray) -> np.ndarray:
@@ -102,14 +106,19 @@ def bind_reorder(spec: LayerSpec) -> RunFn:
     flat_blocked = (blocked[0], blocked[1], flat_planar[2], L)
     c = planar[1]
 
-    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-        x, y = inputs[0], outputs[0]
+    def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
+        x, y = ins[0], outs[0]
         assert x is not None
         if not fast or not x.flags.c_contiguous or not y.flags.c_contiguous:
-            np.copyto(y, to_blocked(x) if to == BLOCKED else to_planar(x, c))
-        elif to == BLOCKED:
-            _reorder(x.reshape(flat_planar), y.reshape(flat_blocked), True, nthreads)
-        else:
-            _reorder(y.reshape(flat_planar), x.reshape(flat_blocked), False, nthreads)
+            return partial(_numpy_reorder, x, y, to, c)
+        if to == BLOCKED:
+            return partial(_reorder, x.reshape(flat_planar), y.reshape(flat_blocked), True,
+                           nthreads)
+        return partial(_reorder, y.reshape(flat_planar), x.reshape(flat_blocked), False,
+                       nthreads)
 
-    return run
+    return PreboundKernel(prebind)
+
+
+def _numpy_reorder(x: np.ndarray, y: np.ndarray, to: str, channels: int) -> None:
+    np.copyto(y, to_blocked(x) if to == BLOCKED else to_planar(x, channels))

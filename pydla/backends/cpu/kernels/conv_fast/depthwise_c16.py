@@ -284,7 +284,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     rows_in = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
     blocks = -(-geo.m // L)
     stage = np.zeros((nthreads, rows_in, cols, L), np.float32)
-    flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)
+    # _stage's transposing scratch; a blocked input is staged by plain row copies.
+    flat = np.zeros((nthreads, 1 if geo.x_blocked else rows_in * geo.w, L), np.float32)
     obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
     acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
     offs = np.array([(i * geo.dh * cols + j * geo.dw) * L * 4

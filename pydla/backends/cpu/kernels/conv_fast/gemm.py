@@ -27,6 +27,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from pydla.backends.cpu.kernels.conv_fast.simd import splat
+
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
 _LANES = 16
@@ -88,14 +90,10 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
                                 ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
                                 ir.Constant(ir.IntType(32), 1)])
     new = []
-    mask = ir.Constant(ir.VectorType(ir.IntType(32), _LANES), [0] * _LANES)
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
     for r in range(MR):
-        s = builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4)
-        sv = builder.insert_element(ir.Constant(_VEC, ir.Undefined), s,
-                                    ir.Constant(ir.IntType(32), 0))
-        sv = builder.shuffle_vector(sv, ir.Constant(_VEC, ir.Undefined), mask)
+        sv = splat(builder, builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4))
         new.append(builder.call(fma, [sv, b0, accs[2 * r]]))
         new.append(builder.call(fma, [sv, b1, accs[2 * r + 1]]))
     nxt = builder.add(i, ir.Constant(_I64, 1))

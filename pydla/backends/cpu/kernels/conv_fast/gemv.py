@@ -139,6 +139,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                         m * geo.pixels if local else geo.pixels)
     wp = np.zeros((m, geo.c), np.float32)
     bp = np.zeros(m, np.float32)
+    zeros = np.zeros(geo.m, np.float32)
+    zeros.flags.writeable = False  # a constant bias
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
 
     def pack(w: np.ndarray) -> None:
@@ -153,7 +155,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         call = partial(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, acc,
                        out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
                        code, prm, full0, full1, vecs, scratch)
-        call = with_bias_copy(call, bias_of(inputs, geo, bp[:0]), bp)
+        call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)
         return with_registers(packed.before(w, call), args, inputs)
 
     return runner(prepare)

@@ -10,6 +10,7 @@ tactic such a layer is not a convolution it can run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydla.backends.base import LayerSpec
@@ -57,7 +58,7 @@ def own_inputs(spec: LayerSpec) -> int:
     return len(spec.inputs) - (int(epi["inputs"]) if epi else 0)
 
 
-def blocked_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+def blocked_shape(shape: Sequence[int]) -> tuple[int, ...]:
     """The physical shape of an (n, c, …) tensor in the blocked layout."""
     return (shape[0], -(-shape[1] // BLOCK), *shape[2:], BLOCK)
 

@@ -26,6 +26,14 @@ _VEC = ir.VectorType(_F32, LANES)
 _I64 = ir.IntType(64)
 
 
+def splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """A float32 spread over the 16 lanes."""
+    lane0 = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value,
+                                   ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(lane0, ir.Constant(_VEC, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+
 def _combine(builder: ir.IRBuilder, row: Sequence[float], src: list[ir.Value]) -> ir.Value:
     """Σ row[i]·src[i] with no multiplication by 0 or ±1."""
     acc: ir.Value | None = None
@@ -109,26 +117,14 @@ def transpose16(typingctx, src, src_step, dst, dst_step, bias):  # type: ignore[
             biases = builder.load(builder.inttoptr(b, _VEC.as_pointer()), align=4)
             for j in range(LANES):
                 lane = builder.extract_element(biases, ir.Constant(ir.IntType(32), j))
-                splat = builder.insert_element(ir.Constant(_VEC, ir.Undefined), lane,
-                                               ir.Constant(ir.IntType(32), 0))
-                splat = builder.shuffle_vector(
-                    splat, ir.Constant(_VEC, ir.Undefined),
-                    ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-                builder.store(builder.fadd(rows[j], splat), at(d, ds, j), align=4)
+                builder.store(builder.fadd(rows[j], splat(builder, lane)), at(d, ds, j),
+                              align=4)
         with builder.if_then(builder.not_(has_bias)):
             for j in range(LANES):
                 builder.store(rows[j], at(d, ds, j), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-def _splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    """A float32 spread over the 16 lanes."""
-    lane0 = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value,
-                                   ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(lane0, ir.Constant(_VEC, ir.Undefined),
-                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
 
 
 def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
@@ -184,12 +180,8 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
                 addr = builder.add(base, off)
                 if not broadcast:
                     return builder.load(vec(addr), align=4)
-                one = builder.load(builder.inttoptr(addr, _F32.as_pointer()), align=4)
-                lane0 = builder.insert_element(ir.Constant(_VEC, ir.Undefined), one,
-                                               ir.Constant(ir.IntType(32), 0))
-                return builder.shuffle_vector(
-                    lane0, ir.Constant(_VEC, ir.Undefined),
-                    ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+                return splat(builder, builder.load(builder.inttoptr(addr, _F32.as_pointer()),
+                                                   align=4))
 
             new = []
             for p, base in enumerate(bases):
@@ -204,7 +196,7 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
             builder.position_at_end(done)
             lo = hi = None
             if clamp:
-                lo, hi = (_splat(builder, v) for v in args[8:10])
+                lo, hi = (splat(builder, v) for v in args[8:10])
             for p in range(pixels):
                 for k in range(blocks):
                     at = builder.add(builder.add(d, builder.mul(ds, ir.Constant(_I64, k))),
@@ -310,12 +302,8 @@ def vector_sum(typingctx, src, count, step, dst, scale):  # type: ignore[no-unty
         result = builder.phi(_VEC)
         result.add_incoming(zero, entry)
         result.add_incoming(total, loop)
-        lanes = builder.insert_element(ir.Constant(_VEC, ir.Undefined), k,
-                                       ir.Constant(ir.IntType(32), 0))
-        lanes = builder.shuffle_vector(lanes, ir.Constant(_VEC, ir.Undefined),
-                                       ir.Constant(ir.VectorType(ir.IntType(32), LANES),
-                                                   [0] * LANES))
-        builder.store(builder.fmul(result, lanes), builder.inttoptr(d, ptr), align=4)
+        builder.store(builder.fmul(result, splat(builder, k)), builder.inttoptr(d, ptr),
+                      align=4)
         return context.get_dummy_value()
 
     return sig, codegen
