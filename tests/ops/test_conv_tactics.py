@@ -19,8 +19,10 @@ from onnx import helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.backend import bind_layer
-from pydla.backends.cpu.kernels.conv_fast import winograd
+from pydla.backends.cpu.kernels.conv_fast import gemm_c16, taps_c16, winograd
 from pydla.backends.cpu.kernels.conv_fast.epilogue import compile_epilogue, native_epilogue
+from pydla.backends.cpu.kernels.conv_fast.gemm import MR, MR7
+from pydla.backends.cpu.kernels.conv_fast.geometry import conv2d
 from pydla.backends.cpu.registry import REFERENCE, TACTICS, candidate_tactics
 from pydla.backends.cpu.steps import prebind
 from pydla.builder import BuildOptions, build, build_graph
@@ -240,6 +242,40 @@ def test_resnet_shapes() -> None:
         for t in candidate_tactics(spec):
             _close(_run(_with_tactic(spec, t.name), [x, w, b]), want, _tol(t.name),
                    f"{t.name} {xs} {ws}")
+
+
+@pytest.mark.parametrize("xs,ws,stride,pad,want", [
+    ((2, 40, 7, 7), (40, 40, 3, 3), 1, 1, (MR7, False)),    # 7 wide: whole panels of 7
+    ((1, 24, 28, 28), (40, 24, 3, 3), 2, 1, (MR7, False)),  # strided to 14 wide
+    ((1, 24, 39, 39), (36, 24, 3, 3), 2, 1, (MR7, False)),  # 20 wide: 21 beats 24
+    ((1, 24, 19, 19), (36, 24, 3, 3), 2, 1, (MR, False)),   # 10 wide: 12 beats 14
+    ((2, 24, 9, 9), (20, 24, 3, 3), 1, 1, (MR, True)),      # stride 1: across rows
+    ((1, 80, 7, 7), (24, 80, 1, 1), 1, 0, (MR7, False)),    # 1×1, rows of 7
+])
+def test_taps_panel_rows(xs: Sequence[int], ws: Sequence[int], stride: int, pad: int,
+                         want: tuple[int, bool]) -> None:
+    """taps_c16 splits rows into panels of 12 or 7 by the waste; every choice is exact."""
+    x, w, b = _rand(*xs), _rand(*ws) * np.float32(0.1), _rand(ws[0])
+    spec = _spec(x, w, b, _attrs((stride, stride), [pad] * 4), REFERENCE)
+    geo = conv2d(spec)
+    assert geo is not None and taps_c16.panels(geo) == want
+    _close(_run(_with_tactic(spec, "taps_c16"), [x, w, b]), _run(spec, [x, w, b]),
+           _tol("taps_c16"), f"taps_c16 {xs} {ws}")
+
+
+@pytest.mark.parametrize("pixels,want", [(49, MR7), (196, MR7), (63, MR7), (784, MR),
+                                         (144, MR), (20, MR7), (24, MR), (3136, MR)])
+def test_gemm_c16_panel_rows(pixels: int, want: int) -> None:
+    """Pixels as rows: panels of 7 only where 12 would waste more than 2 % of them."""
+    assert gemm_c16.rows_for(pixels) == want
+
+
+def test_gemm_c16_rows_of_seven() -> None:
+    """A 7×7 plane (49 pixels in panels of 7), batch 2, channels not multiples of 16."""
+    x, w, b = _rand(2, 72, 7, 7), _rand(40, 72, 1, 1) * np.float32(0.1), _rand(40)
+    spec = _spec(x, w, b, _attrs(), REFERENCE)
+    _close(_run(_with_tactic(spec, "gemm_c16"), [x, w, b]), _run(spec, [x, w, b]),
+           _tol("gemm_c16"), "gemm_c16 7x7")
 
 
 # -- half-precision layers --------------------------------------------------------------------

@@ -30,6 +30,10 @@ from numba.extending import intrinsic
 from pydla.backends.cpu.kernels.conv_fast.simd import splat
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
+# The pixels-as-rows kernels' second row count: planes 7, 14, 28 or 56 pixels wide (and
+# 7×7 = 49 pixels) split into whole panels of 7 — of 12 a 7-pixel row wastes 5, 49
+# pixels 11. Both shapes run at the FMA peak from L1 (≈ 245 GFLOP/s a core measured).
+MR7 = 7
 KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
 _LANES = 16
 PREFETCH_BYTES = 2048  # how far ahead of the micro-kernel's reads of A to prefetch
@@ -49,14 +53,14 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
                    a_sr_: ir.Value, b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value,
                    c_: ir.Value, ldc_: ir.Value, acc_flag: ir.Value,
                    c_half: ir.Value | None = None, bias_: ir.Value | None = None,
-                   prefetch_b: bool = False) -> None:
-    """The micro-kernel's body: A's row r at step i is at a_ + r·a_sr_ + ``a_off_at(i)``,
-    ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is two vectors at
-    c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``: the address of
-    32 floats added to every row when C is stored rather than accumulated."""
+                   prefetch_b: bool = False, mr: int = MR) -> None:
+    """The micro-kernel's body, ``mr`` rows: A's row r at step i is at a_ + r·a_sr_ +
+    ``a_off_at(i)``, ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is
+    two vectors at c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``:
+    the address of 32 floats added to every row when C is stored rather than accumulated."""
     fn = builder.function
     # One base address per row of A, outside the loop.
-    a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(MR)]
+    a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(mr)]
     entry = builder.block
     loop = fn.append_basic_block("mk.loop")
     done = fn.append_basic_block("mk.done")
@@ -67,7 +71,7 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     i.add_incoming(ir.Constant(_I64, 0), entry)
     zero = ir.Constant(_VEC, [0.0] * _LANES)
     accs = []
-    for _ in range(2 * MR):
+    for _ in range(2 * mr):
         phi = builder.phi(_VEC)
         phi.add_incoming(zero, entry)
         accs.append(phi)
@@ -92,7 +96,7 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     new = []
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
-    for r in range(MR):
+    for r in range(mr):
         sv = splat(builder, builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4))
         new.append(builder.call(fma, [sv, b0, accs[2 * r]]))
         new.append(builder.call(fma, [sv, b1, accs[2 * r + 1]]))
@@ -108,7 +112,7 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     if bias_ is not None:
         biases = [builder.load(_ptr(builder, bias_, 4 * _LANES * h, _VEC), align=4)
                   for h in range(2)]
-    for r in range(MR):
+    for r in range(mr):
         row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
         for h in range(2):
             ptr = _ptr(builder, row, (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0,
@@ -158,60 +162,76 @@ def micro_kernel_rows(typingctx, a, a_sk, a_sr, offs, b, k, c, ldc, accumulate):
     return sig, codegen
 
 
-@intrinsic
-def micro_kernel_blocked(typingctx, a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias,  # type: ignore[no-untyped-def]
-                         accumulate):
-    """``micro_kernel`` with output pixels as A's rows and output channels as C's
-    columns: A[r, kk] at a + (kk // 16)·a_blk + (kk % 16)·a_lane + r·a_sr — a blocked
-    tensor's pixels (a_lane 4: 16 channels side by side) or a planar one's (a_blk =
-    16·a_lane, the plane) — and C's row r two vectors of 16 channels, at c + r·ldc and
-    c + r·ldc + c_half (two blocks of a blocked output), plus the 32 floats at ``bias``
-    when stored (``accumulate`` 0). B is packed as for micro_kernel."""
-    sig = types.void(*([types.int64] * 11))
+def _blocked(mr: int):  # type: ignore[no-untyped-def]
+    @intrinsic
+    def kernel(typingctx, a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias,  # type: ignore[no-untyped-def]
+               accumulate):
+        sig = types.void(*([types.int64] * 11))
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a_, a_blk_, a_lane_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            a_, a_blk_, a_lane_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
 
-        def a_off(i: ir.Value) -> ir.Value:
-            blk = builder.mul(builder.ashr(i, ir.Constant(_I64, 4)), a_blk_)
-            lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)), a_lane_)
-            return builder.add(blk, lane)
+            def a_off(i: ir.Value) -> ir.Value:
+                blk = builder.mul(builder.ashr(i, ir.Constant(_I64, 4)), a_blk_)
+                lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)), a_lane_)
+                return builder.add(blk, lane)
 
-        _micro_codegen(builder, a_, a_off, a_sr_,
-                       lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
-                       k_, c_, ldc_, acc_flag, c_half_, bias_)
-        return context.get_dummy_value()
+            _micro_codegen(builder, a_, a_off, a_sr_,
+                           lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
+                           k_, c_, ldc_, acc_flag, c_half_, bias_, mr=mr)
+            return context.get_dummy_value()
 
-    return sig, codegen
+        return sig, codegen
+
+    return kernel
 
 
-@intrinsic
-def micro_kernel_taps(typingctx, a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate):  # type: ignore[no-untyped-def]
-    """``micro_kernel_blocked`` for a convolution read in place from a channel-blocked,
-    zero-bordered input: row r's window starts at a + r·a_sr (MR output pixels along an
-    output row; pass a_sr as a literal — a variable one spills the row addresses), and
-    ``taps`` is the address of k/16 int64 byte offsets (input block and kernel tap of
-    each 16 values of K): A[r, kk] is the float at a + r·a_sr + taps[kk // 16] +
-    4·(kk % 16). B streams (the weights), so B is prefetched rather than A."""
-    sig = types.void(*([types.int64] * 10))
+# micro_kernel_blocked(a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias, accumulate):
+# ``micro_kernel`` with output pixels as A's rows and output channels as C's columns:
+# A[r, kk] at a + (kk // 16)·a_blk + (kk % 16)·a_lane + r·a_sr — a blocked tensor's
+# pixels (a_lane 4: 16 channels side by side) or a planar one's (a_blk = 16·a_lane, the
+# plane) — and C's row r two vectors of 16 channels, at c + r·ldc and c + r·ldc + c_half
+# (two blocks of a blocked output), plus the 32 floats at ``bias`` when stored
+# (``accumulate`` 0). B is packed as for micro_kernel. The 7 variant: MR7 rows.
+micro_kernel_blocked = _blocked(MR)
+micro_kernel_blocked7 = _blocked(MR7)
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a_, a_sr_, taps_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
 
-        def a_off(i: ir.Value) -> ir.Value:
-            at = builder.add(taps_, builder.mul(builder.ashr(i, ir.Constant(_I64, 4)),
-                                                ir.Constant(_I64, 8)))
-            tap = builder.load(builder.inttoptr(at, _I64.as_pointer()))
-            lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)),
-                               ir.Constant(_I64, 4))
-            return builder.add(tap, lane)
+def _taps(mr: int):  # type: ignore[no-untyped-def]
+    @intrinsic
+    def kernel(typingctx, a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate):  # type: ignore[no-untyped-def]
+        sig = types.void(*([types.int64] * 10))
 
-        _micro_codegen(builder, a_, a_off, a_sr_,
-                       lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
-                       k_, c_, ldc_, acc_flag, c_half_, bias_, prefetch_b=True)
-        return context.get_dummy_value()
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            a_, a_sr_, taps_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
 
-    return sig, codegen
+            def a_off(i: ir.Value) -> ir.Value:
+                at = builder.add(taps_, builder.mul(builder.ashr(i, ir.Constant(_I64, 4)),
+                                                    ir.Constant(_I64, 8)))
+                tap = builder.load(builder.inttoptr(at, _I64.as_pointer()))
+                lane = builder.mul(builder.and_(i, ir.Constant(_I64, _LANES - 1)),
+                                   ir.Constant(_I64, 4))
+                return builder.add(tap, lane)
+
+            _micro_codegen(builder, a_, a_off, a_sr_,
+                           lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
+                           k_, c_, ldc_, acc_flag, c_half_, bias_, prefetch_b=True, mr=mr)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return kernel
+
+
+# micro_kernel_taps(a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate):
+# ``micro_kernel_blocked`` for a convolution read in place from a channel-blocked,
+# zero-bordered input: row r's window starts at a + r·a_sr (the output pixels along an
+# output row; pass a_sr as a literal — a variable one spills the row addresses), and
+# ``taps`` is the address of k/16 int64 byte offsets (input block and kernel tap of each
+# 16 values of K): A[r, kk] is the float at a + r·a_sr + taps[kk // 16] + 4·(kk % 16).
+# B streams (the weights), so B is prefetched rather than A. The 7 variant: MR7 rows.
+micro_kernel_taps = _taps(MR)
+micro_kernel_taps7 = _taps(MR7)
 
 
 def packed_a_size(m: int, k: int) -> int:

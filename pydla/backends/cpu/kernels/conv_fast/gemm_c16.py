@@ -13,9 +13,9 @@ strip leaves through the transposing emit of depthwise_c16, epilogue included.
 W is packed once into strips of 32 output channels (zero past m and past c). Each task
 takes a block of pixels and one strip: it runs every K slice into a
 staging block (two output blocks × its pixels, in L1/L2) — the first slice stores with
-the bias added — then runs the epilogue into the output's two blocks. A ragged last panel
-of pixels (fewer than MR) is copied into a zero-padded panel first, so that no read passes
-the end of a block.
+the bias added — then runs the epilogue into the output's two blocks. Panels are of MR
+pixels, or of MR7 where that wastes fewer (a 7×7 plane's 49 pixels). A ragged last panel
+is copied into a zero-padded panel first, so that no read passes the end of a block.
 """
 
 from __future__ import annotations
@@ -40,7 +40,14 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
 )
 from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked
 from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
-from pydla.backends.cpu.kernels.conv_fast.gemm import KC, MR, NR, micro_kernel_blocked
+from pydla.backends.cpu.kernels.conv_fast.gemm import (
+    KC,
+    MR,
+    MR7,
+    NR,
+    micro_kernel_blocked,
+    micro_kernel_blocked7,
+)
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
 
@@ -48,24 +55,40 @@ PIXELS = 144  # pixels per task: its rows of X (144 × KC floats) stay in L2 acr
 
 
 @njit(inline="always", error_model="numpy")
-def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int,
+def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr: int,
             rag: np.ndarray) -> None:
-    """The last tail (< MR) pixels of an image's rows of X from element ``at`` (its pixel
-    ``first``), zero-padded to MR: rag (k/16, MR, 16) from a blocked X — rag[b, r, :] =
-    X[b, first + r, :] — or (k, MR) from a planar one — rag[kk, r] = X[kk, first + r]."""
+    """The last tail (< mr) pixels of an image's rows of X from element ``at`` (its pixel
+    ``first``), zero-padded to mr: rag (k/16, mr, 16) from a blocked X — rag[b, r, :] =
+    X[b, first + r, :] — or (k, mr) from a planar one — rag[kk, r] = X[kk, first + r]."""
     flat = rag.reshape(-1)
     if blocked:
         for b in range(k // L):
-            for r in range(MR):
-                dst = flat[(b * MR + r) * L:(b * MR + r + 1) * L]
+            for r in range(mr):
+                dst = flat[(b * mr + r) * L:(b * mr + r + 1) * L]
                 if r < tail:
                     dst[:] = x[at + (b * p + r) * L:at + (b * p + r + 1) * L]
                 else:
                     dst[:] = 0
     else:
         for kk in range(k):
-            for r in range(MR):
-                flat[kk * MR + r] = x[at + kk * p + r] if r < tail else 0
+            for r in range(mr):
+                flat[kk * mr + r] = x[at + kk * p + r] if r < tail else 0
+
+
+@njit(inline="always")
+def _panel(mr: int, blocked: bool, a: int, a_blk: int, a_lane: int, b: int, kc: int,
+           out: int, c_half: int, bias: int, more: int) -> None:
+    # Row strides are literals at each call (16 floats blocked, 1 planar): LLVM then folds
+    # the row addresses into one base register (as a variable they spilled, 3× slower).
+    if mr == MR7:
+        if blocked:
+            micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
+        else:
+            micro_kernel_blocked7(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more)
+    elif blocked:
+        micro_kernel_blocked(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
+    else:
+        micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -73,14 +96,15 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
              bias: np.ndarray, y: np.ndarray, m: int, y_blocked: bool, pb: int,
              nthreads: int, rag: np.ndarray, stage: np.ndarray, acc: np.ndarray,
              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
-             vecs: np.ndarray, scratch: np.ndarray, local: bool) -> None:
+             vecs: np.ndarray, scratch: np.ndarray, local: bool, mr: int) -> None:
     """x flat: n images of p pixels, blocked (k/16 blocks of p × 16) or planar (k rows
     of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar; bias
     (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or (n·m, p) planar; pb
-    pixels per block (a multiple of MR). A task is one strip of one pixel block; each
-    thread takes a run of consecutive tasks (the strips of a block follow each other: its
-    pixels stay in cache). Per thread: rag (a ragged panel, as _ragged), stage (2, pb,
-    16), acc (pb · 16, emit's scratch). ``local``: the epilogue reads no extra inputs."""
+    pixels per block (a multiple of mr, the micro-kernel's rows: MR or MR7). A task is one
+    strip of one pixel block; each thread takes a run of consecutive tasks (the strips of
+    a block follow each other: its pixels stay in cache). Per thread: rag (a ragged
+    panel, as _ragged), stage (2, pb, 16), acc (pb · 16, emit's scratch). ``local``: the
+    epilogue reads no extra inputs."""
     strips, k = bp.shape[0], bp.shape[1]
     mb = -(-m // L)
     pixel_blocks = -(-p // pb)
@@ -88,7 +112,7 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
     per = -(-tasks // nthreads)
     # A (and the ragged panel's copy): bytes between values kk and kk + 16, and (planar)
     # between kk and kk + 1.
-    a_blk, a_lane, r_blk = p * L * 4, p * 4, MR * L * 4
+    a_blk, a_lane, r_blk = p * L * 4, p * 4, mr * L * 4
     ba = bias.ctypes.data
     for t in prange(nthreads):
         rg, st = rag[t], stage[t]
@@ -99,36 +123,23 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
             img, s = block // pixel_blocks, task % strips
             q0 = block % pixel_blocks * pb
             rows = min(p, q0 + pb) - q0
-            panels, tail = rows // MR, rows % MR
-            first = img * k * p + (q0 + panels * MR) * (L if x_blocked else 1)
+            panels, tail = rows // mr, rows % mr
+            first = img * k * p + (q0 + panels * mr) * (L if x_blocked else 1)
             if tail and staged != block:
-                _ragged(x, first, k, p, x_blocked, tail, rg)
+                _ragged(x, first, k, p, x_blocked, tail, mr, rg)
                 staged = block
             xa = x.ctypes.data + (img * k * p + q0 * (L if x_blocked else 1)) * 4
             for k0 in range(0, k, KC):
                 kc = min(KC, k - k0)
                 b = bp.ctypes.data + (s * k + k0) * NR * 4
                 more = 1 if k0 else 0  # the first slice stores, with the bias
-                # The row stride is a literal at each call: LLVM then folds the MR row
-                # addresses into one base register (as a variable they spilled, 3× slower).
                 for pi in range(panels):
-                    at = xa + (k0 // L) * a_blk
-                    out = sa + pi * MR * L * 4
-                    if x_blocked:
-                        micro_kernel_blocked(at + pi * MR * L * 4, a_blk, 4, L * 4, b, kc, out,
-                                             L * 4, pb * L * 4, ba + s * NR * 4, more)
-                    else:
-                        micro_kernel_blocked(at + pi * MR * 4, a_blk, a_lane, 4, b, kc, out,
-                                             L * 4, pb * L * 4, ba + s * NR * 4, more)
+                    step = pi * mr * (L if x_blocked else 1) * 4
+                    _panel(mr, x_blocked, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
+                           sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more)
                 if tail:
-                    at = ra + (k0 // L) * r_blk
-                    out = sa + panels * MR * L * 4
-                    if x_blocked:
-                        micro_kernel_blocked(at, r_blk, 4, L * 4, b, kc, out, L * 4,
-                                             pb * L * 4, ba + s * NR * 4, more)
-                    else:
-                        micro_kernel_blocked(at, r_blk, MR * 4, 4, b, kc, out, L * 4,
-                                             pb * L * 4, ba + s * NR * 4, more)
+                    _panel(mr, x_blocked, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
+                           sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more)
             for half in range(2):
                 blk = 2 * s + half
                 if blk >= mb:
@@ -157,16 +168,24 @@ def _pointwise(g: Conv2d) -> bool:
             and (g.oh, g.ow) == (g.h, g.w))
 
 
-def split(n: int, pixels: int, strips: int, nthreads: int) -> int:
-    """Pixels per block: at most PIXELS, whole MR panels, evenly sized — and smaller
+def rows_for(pixels: int) -> int:
+    """The micro-kernel's rows for a block of ``pixels``: MR7 where panels of 12 would
+    waste more than 2 % of the rows (7×7 = 49 pixels: 11 of 60; 14×14: 8 of 204) and
+    panels of 7 waste fewer."""
+    waste12, waste7 = -pixels % MR, -pixels % MR7
+    return MR7 if waste7 < waste12 and waste12 > 0.02 * pixels else MR
+
+
+def split(n: int, pixels: int, strips: int, nthreads: int, mr: int = MR) -> int:
+    """Pixels per block: at most PIXELS, whole panels of mr, evenly sized — and smaller
     while there are fewer than eight tasks (pixel block × strip) per thread, so that the
     threads' shares differ by little (a fork-join region lasts as long as its busiest
     thread: a 7×7 layer's three strips on two threads left one idle a third of the time)."""
-    panels = -(-pixels // MR)
+    panels = -(-pixels // mr)
     count = -(-pixels // PIXELS)
     while n * count * strips < 8 * nthreads and count < panels:
         count += 1
-    return -(-panels // count) * MR
+    return -(-panels // count) * mr
 
 
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
@@ -175,7 +194,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     blocked = geo.x_blocked
     k = kb * L if blocked else geo.c
     p = geo.pixels
-    pb = split(geo.n, p, strips, nthreads)
+    mr = rows_for(p)
+    pb = split(geo.n, p, strips, nthreads, mr)
     bp = np.zeros((strips, k, NR), np.float32)
     bias = np.zeros(strips * NR, np.float32)
     rag = np.zeros((nthreads, k * MR), np.float32)
@@ -202,7 +222,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         call = partial(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
                        out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
-                       rag, stage, acc, code, prm, full0, full1, vecs, scratch, local)
+                       rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 

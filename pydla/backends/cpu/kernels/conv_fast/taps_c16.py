@@ -5,9 +5,9 @@ a strided layer's columns are scattered reads, and a plane narrower than the 32-
 strips wastes lanes. Here, as in onnxruntime's NCHWc convolution, the lanes hold output
 channels: a band of input rows is staged once per task into a zero-bordered,
 channels-innermost block (⌈c/16⌉ blocks of rows × columns × 16), and the GEMM's rows are
-output pixels — MR along an output row form a panel, whatever the stride (at stride 1 they
-run on across rows) — its K runs over
-(input block, kernel tap, lane) through a table of tap offsets (gemm.micro_kernel_taps),
+output pixels — 12 or 7 (``panels``) along an output row form a panel, whatever the
+stride (at stride 1 they may run on across rows) — its K runs over (input block, kernel
+tap, lane) through a table of tap offsets (gemm.micro_kernel_taps),
 and its columns are two blocks of 16 output channels from weights packed once. Each strip
 of 32 output channels is staged with its bias and leaves through the layer's epilogue as
 NCHW rows (depthwise_c16.emit).
@@ -35,7 +35,14 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
 )
 from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, _stage, emit
 from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
-from pydla.backends.cpu.kernels.conv_fast.gemm import KC, MR, NR, micro_kernel_taps
+from pydla.backends.cpu.kernels.conv_fast.gemm import (
+    KC,
+    MR,
+    MR7,
+    NR,
+    micro_kernel_taps,
+    micro_kernel_taps7,
+)
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
 
@@ -45,11 +52,18 @@ MIN_K = 64  # c·kh·kw below this: direct_c16's broadcast loop is the better ke
 
 
 @njit(inline="always")
-def _panel(sw: int, src: int, tk: int, b: int, kc: int, out: int, c_half: int, bias: int,
-           more: int) -> None:
-    # The row stride is a literal at each call (strides 1 and 2): LLVM then keeps the MR
+def _panel(sw: int, mr: int, src: int, tk: int, b: int, kc: int, out: int, c_half: int,
+           bias: int, more: int) -> None:
+    # The row stride is a literal at each call (strides 1 and 2): LLVM then keeps the
     # row addresses in one base register; a variable stride spilled them (2× slower).
-    if sw == 1:
+    if mr == MR7:
+        if sw == 1:
+            micro_kernel_taps7(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+        elif sw == 2:
+            micro_kernel_taps7(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+        else:
+            micro_kernel_taps7(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+    elif sw == 1:
         micro_kernel_taps(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
     elif sw == 2:
         micro_kernel_taps(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
@@ -64,14 +78,14 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
              groups: int, nthreads: int, taps: np.ndarray, stage: np.ndarray,
              flat: np.ndarray, cbuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
              prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
-             scratch: np.ndarray, local: bool) -> None:
+             scratch: np.ndarray, local: bool, mr: int) -> None:
     """x (n, c, h, w); bp (strips, K, 32) packed weights, K = 16 · blocks · taps; bias
     (strips · 32); y (n · m, oh · ow); ``reach`` = (kh - 1)·dh + 1. Per thread: stage
     (blocks, rows_in + 1, cols, 16), flat (rows_in · w, 16) for _stage, cbuf (2 · strips
     per group, pad, 16) the staged output blocks, output row r from pixel r · rstride —
-    rstride = cols at stride 1, where panels run on across rows over the staged width
-    (the pixels past ow are computed and dropped), else ow rounded up to MR, each row's
-    last panel spilling into its padding — and acc, scratch for emit."""
+    rstride = cols where panels of mr pixels run on across rows over the staged width
+    (stride 1; the pixels past ow are computed and dropped), else ow rounded up to mr,
+    each row's last panel spilling into its padding — and acc, scratch for emit."""
     n, c = x.shape[0], x.shape[1]
     strips, k = bp.shape[0], bp.shape[1]
     kb, cols = stage.shape[1], stage.shape[3]
@@ -103,14 +117,14 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
                     b = bp.ctypes.data + (s * k + k0) * NR * 4
                     out = ca + (s - s0) * 2 * pad * L * 4
                     if rstride == cols:  # stride 1: panels run on across rows
-                        for v in range(0, (nrows - 1) * cols + ow, MR):
-                            _panel(1, sa + v * L * 4, tk, b, kc, out + v * L * 4,
+                        for v in range(0, (nrows - 1) * cols + ow, mr):
+                            _panel(1, mr, sa + v * L * 4, tk, b, kc, out + v * L * 4,
                                    pad * L * 4, ba + s * NR * 4, more)
                         continue
-                    for r in range(nrows):  # panels of MR pixels along each output row
+                    for r in range(nrows):  # panels of mr pixels along each output row
                         src = sa + r * sh * cols * L * 4
-                        for q in range(0, ow, MR):
-                            _panel(sw, src + q * sw * L * 4, tk, b, kc,
+                        for q in range(0, ow, mr):
+                            _panel(sw, mr, src + q * sw * L * 4, tk, b, kc,
                                    out + (r * rstride + q) * L * 4, pad * L * 4,
                                    ba + s * NR * 4, more)
             for s in range(s0, s1):
@@ -130,11 +144,24 @@ def applies(spec: LayerSpec) -> bool:
     return g is not None and g.group == 1 and g.c * g.kh * g.kw >= MIN_K
 
 
+def panels(geo: Conv2d) -> tuple[int, bool]:
+    """(rows of the micro-kernel, whether panels run on across rows). A row of 7, 14, 28
+    or 56 pixels splits into whole panels of MR7; else stride 1 runs panels of MR across
+    rows (only a band's last panel and the kernel's border columns are wasted), and a
+    strided layer pads each row to whole panels of MR or MR7, whichever wastes fewer."""
+    if geo.ow % MR7 == 0 and geo.ow % MR:
+        return MR7, False
+    if geo.sh == geo.sw == 1:
+        return MR, True
+    return (MR7 if -geo.ow % MR7 < -geo.ow % MR else MR), False
+
+
 def plan(geo: Conv2d, nthreads: int) -> tuple[int, int, int, int]:
     """(band, strip groups, staged rows, staged columns)."""
-    # Strided: wide enough for a row's last panel of MR pixels (its spill reads zeros);
-    # stride 1: just the windows, panels run on into the next row.
-    span = geo.ow if geo.sh == geo.sw == 1 else -(-geo.ow // MR) * MR
+    mr, across = panels(geo)
+    # Panels within rows: wide enough for a row's last panel (its spill reads zeros);
+    # across rows: just the windows, panels run on into the next row.
+    span = geo.ow if across else -(-geo.ow // mr) * mr
     cols = (span - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
     kb = -(-geo.c // L)
     band = max(1, min(geo.oh, -(-PIXELS // geo.ow)))
@@ -144,6 +171,9 @@ def plan(geo: Conv2d, nthreads: int) -> tuple[int, int, int, int]:
 
     while band > 1 and kb * rows_in(band) * cols * L * 4 > STAGE_BYTES:
         band -= 1
+    # Even bands: 14 rows as 12 + 2 left one thread idle most of the layer (a stride-2
+    # 256-channel layer at 28×28 took 0.90 ms; as 7 + 7, 0.6 ms).
+    band = -(-geo.oh // -(-geo.oh // band))
     strips = -(-geo.m // (2 * L))
     tasks = geo.n * -(-geo.oh // band)
     groups = 1
@@ -158,12 +188,14 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     strips = -(-mb // 2)
     ntaps = geo.kh * geo.kw
     k = kb * ntaps * L
-    # Stride 1: virtual rows as wide as the staged ones; else rows padded to whole panels.
-    rstride = cols if geo.sh == geo.sw == 1 else -(-geo.ow // MR) * MR
-    pad = -(-band * rstride // MR) * MR
+    # Across rows: virtual rows as wide as the staged ones; else rows padded to whole
+    # panels.
+    mr, across = panels(geo)
+    rstride = cols if across else -(-geo.ow // mr) * mr
+    pad = -(-band * rstride // mr) * mr
     bp = np.zeros((strips, k, NR), np.float32)
     bias = np.zeros(strips * NR, np.float32)
-    # A spare row per block: the last panel of a stride-1 band reads up to MR - 1
+    # A spare row per block: the last panel of a stride-1 band reads up to mr - 1
     # pixels past its end.
     stage = np.zeros((nthreads, kb, rows_in + 1, cols, L), np.float32)
     flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)
@@ -196,7 +228,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                        geo.m, geo.oh, geo.ow, geo.sh, geo.sw, geo.top, geo.left,
                        (geo.kh - 1) * geo.dh + 1, band, rstride, groups, nthreads, taps, stage,
                        flat,
-                       cbuf, acc, code, prm, full0, full1, vecs, scratch, local)
+                       cbuf, acc, code, prm, full0, full1, vecs, scratch, local, mr)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 
