@@ -308,7 +308,7 @@ POOLS = [
 
 
 @pytest.mark.parametrize("op,attrs", POOLS, ids=[f"{o}-{i}" for i, (o, _) in enumerate(POOLS)])
-@pytest.mark.parametrize("shape", [(1, 3, 9, 11), (2, 16, 40, 33)])
+@pytest.mark.parametrize("shape", [(1, 3, 9, 11), (2, 16, 40, 33), (1, 4, 13, 70)])
 def test_window_pools(op: str, attrs: dict[str, Any], shape: tuple[int, ...]) -> None:
     x = _rand(*shape)
     nodes = [helper.make_node(op, ["x"], ["y"], **attrs)]

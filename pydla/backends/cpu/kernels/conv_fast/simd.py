@@ -307,3 +307,198 @@ def vector_sum(typingctx, src, count, step, dst, scale):  # type: ignore[no-unty
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+
+def _masked(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+    """llvm.masked.load (ptr, align, mask, passthru) or .store (value, ptr, align, mask)."""
+    ptr = _VEC.as_pointer()
+    mask = ir.VectorType(ir.IntType(1), LANES)
+    if name == "load":
+        fnty = ir.FunctionType(_VEC, [ptr, ir.IntType(32), mask, _VEC])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [_VEC, ptr, ir.IntType(32), mask])
+    fn = cgutils.get_or_insert_function(builder.module, fnty,
+                                        f"llvm.masked.{name}.v16f32.p0v16f32")
+    return builder.call(fn, args)
+
+
+def vector_reduce(op: str, whole_store: bool = False) -> Callable[..., None]:
+    """An intrinsic ``(srcs, nsrc, dst, count)`` (int64; ``srcs`` the address of nsrc ≥ 1
+    int64 byte addresses, dst a byte address, count floats): for i < count, dst[i] = the
+    max ("max") or sum ("add") over s of src_s[i], combined in registers — whole vectors,
+    the last one's loads masked, and its store too unless ``whole_store`` (dst has room
+    for whole vectors: a scratch row the next pass reads — a load is not forwarded from
+    a masked store and waits for it to retire). Max keeps the first operand unless the
+    next is greater (NaN in the first source stays, later NaNs are skipped: the scalar
+    ``v if v > t else t``).
+    LLVM's own vectorised loops take 64 floats a step and leave a shorter row (a pooling
+    row of 56) to scalar code."""
+    if op not in ("max", "add"):
+        raise ValueError(f"unknown op {op!r}")
+
+    @intrinsic
+    def apply(typingctx, srcs, nsrc, dst, count):  # type: ignore[no-untyped-def]
+        sig = types.void(*([types.int64] * 4))
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            table, k, d, n = args
+            ptr = _VEC.as_pointer()
+            i32 = ir.IntType(32)
+            align = ir.Constant(i32, 4)
+            zero = ir.Constant(_VEC, [0.0] * LANES)
+
+            def src(s: ir.Value) -> ir.Value:
+                at = builder.add(table, builder.mul(s, ir.Constant(_I64, 8)))
+                return builder.load(builder.inttoptr(at, _I64.as_pointer()))
+
+            def fold(off: ir.Value, mask: ir.Value | None) -> None:
+                """Vector at byte offset ``off`` of every source into dst."""
+
+                def load(base: ir.Value) -> ir.Value:
+                    p = builder.inttoptr(builder.add(base, off), ptr)
+                    if mask is None:
+                        return builder.load(p, align=4)
+                    return _masked(builder, "load", [p, align, mask, zero])
+
+                first = load(src(ir.Constant(_I64, 0)))
+                before = builder.block
+                fn = builder.function
+                body = fn.append_basic_block("reduce.src")
+                after = fn.append_basic_block("reduce.stored")
+                more = builder.icmp_signed(">", k, ir.Constant(_I64, 1))
+                builder.cbranch(more, body, after)
+                builder.position_at_end(body)
+                s = builder.phi(_I64)
+                s.add_incoming(ir.Constant(_I64, 1), before)
+                acc = builder.phi(_VEC)
+                acc.add_incoming(first, before)
+                x = load(src(s))
+                if op == "add":
+                    new = builder.fadd(acc, x)
+                else:
+                    new = builder.select(builder.fcmp_ordered(">", x, acc), x, acc)
+                nxt = builder.add(s, ir.Constant(_I64, 1))
+                s.add_incoming(nxt, body)
+                acc.add_incoming(new, body)
+                looped = builder.block
+                builder.cbranch(builder.icmp_signed("<", nxt, k), body, after)
+                builder.position_at_end(after)
+                value = builder.phi(_VEC)
+                value.add_incoming(first, before)
+                value.add_incoming(new, looped)
+                p = builder.inttoptr(builder.add(d, off), ptr)
+                if mask is None or whole_store:
+                    builder.store(value, p, align=4)
+                else:
+                    _masked(builder, "store", [value, p, align, mask])
+
+            full = builder.ashr(n, ir.Constant(_I64, 4))
+            entry = builder.block
+            fn = builder.function
+            loop = fn.append_basic_block("reduce.loop")
+            tail = fn.append_basic_block("reduce.tail")
+            last = fn.append_basic_block("reduce.masked")
+            done = fn.append_basic_block("reduce.done")
+            builder.cbranch(builder.icmp_signed(">", full, ir.Constant(_I64, 0)), loop, tail)
+            builder.position_at_end(loop)
+            j = builder.phi(_I64)
+            j.add_incoming(ir.Constant(_I64, 0), entry)
+            fold(builder.mul(j, ir.Constant(_I64, 4 * LANES)), None)
+            nxt = builder.add(j, ir.Constant(_I64, 1))
+            j.add_incoming(nxt, builder.block)
+            builder.cbranch(builder.icmp_signed("<", nxt, full), loop, tail)
+            builder.position_at_end(tail)
+            rem = builder.sub(n, builder.shl(full, ir.Constant(_I64, 4)))
+            builder.cbranch(builder.icmp_signed(">", rem, ir.Constant(_I64, 0)), last, done)
+            builder.position_at_end(last)
+            vec32 = ir.VectorType(i32, LANES)
+            limit = builder.insert_element(ir.Constant(vec32, ir.Undefined),
+                                           builder.trunc(rem, i32), ir.Constant(i32, 0))
+            limit = builder.shuffle_vector(limit, ir.Constant(vec32, ir.Undefined),
+                                           ir.Constant(vec32, [0] * LANES))
+            mask = builder.icmp_signed("<", ir.Constant(vec32, list(range(LANES))), limit)
+            fold(builder.mul(full, ir.Constant(_I64, 4 * LANES)), mask)
+            builder.branch(done)
+            builder.position_at_end(done)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return apply  # type: ignore[no-any-return]
+
+
+@intrinsic
+def deinterleave2(typingctx, src, even, odd, count):  # type: ignore[no-untyped-def]
+    """For i < count (floats at byte address src): even[i // 2] = src[i] for even i,
+    odd[i // 2] for odd i — two vectors in, two shuffles out, the last pair masked (a
+    count that is a multiple of 32 masks nothing). A stride-2 pooling row split into its
+    phases."""
+    sig = types.void(*([types.int64] * 4))
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        s, e, o, n = args
+        ptr = _VEC.as_pointer()
+        i32 = ir.IntType(32)
+        vec32 = ir.VectorType(i32, LANES)
+        align = ir.Constant(i32, 4)
+        zero = ir.Constant(_VEC, [0.0] * LANES)
+        picks = [ir.Constant(vec32, list(range(q, 2 * LANES, 2))) for q in (0, 1)]
+
+        def limit(count: ir.Value) -> ir.Value:
+            """Lanes below count (clamped to 0…16) set."""
+            c = builder.select(builder.icmp_signed("<", count, ir.Constant(_I64, 0)),
+                               ir.Constant(_I64, 0), count)
+            c = builder.trunc(c, i32)
+            v = builder.insert_element(ir.Constant(vec32, ir.Undefined), c,
+                                       ir.Constant(i32, 0))
+            v = builder.shuffle_vector(v, ir.Constant(vec32, ir.Undefined),
+                                       ir.Constant(vec32, [0] * LANES))
+            return builder.icmp_signed("<", ir.Constant(vec32, list(range(LANES))), v)
+
+        def step(j: ir.Value, rem: ir.Value | None) -> None:
+            at = builder.add(s, builder.mul(j, ir.Constant(_I64, 8 * LANES)))
+            halves = []
+            for h in range(2):
+                p = builder.inttoptr(builder.add(at, ir.Constant(_I64, 4 * LANES * h)), ptr)
+                if rem is None:
+                    halves.append(builder.load(p, align=4))
+                else:
+                    left = builder.sub(rem, ir.Constant(_I64, LANES * h))
+                    halves.append(_masked(builder, "load", [p, align, limit(left), zero]))
+            out = builder.mul(j, ir.Constant(_I64, 4 * LANES))
+            for q, base in enumerate((e, o)):
+                value = builder.shuffle_vector(halves[0], halves[1], picks[q])
+                p = builder.inttoptr(builder.add(base, out), ptr)
+                if rem is None:
+                    builder.store(value, p, align=4)
+                else:  # (rem + 1) // 2 even values, rem // 2 odd ones
+                    count = builder.ashr(builder.add(rem, ir.Constant(_I64, 1 - q)),
+                                         ir.Constant(_I64, 1))
+                    _masked(builder, "store", [value, p, align, limit(count)])
+
+        full = builder.ashr(n, ir.Constant(_I64, 5))
+        entry = builder.block
+        fn = builder.function
+        loop = fn.append_basic_block("dei.loop")
+        tail = fn.append_basic_block("dei.tail")
+        last = fn.append_basic_block("dei.masked")
+        done = fn.append_basic_block("dei.done")
+        builder.cbranch(builder.icmp_signed(">", full, ir.Constant(_I64, 0)), loop, tail)
+        builder.position_at_end(loop)
+        j = builder.phi(_I64)
+        j.add_incoming(ir.Constant(_I64, 0), entry)
+        step(j, None)
+        nxt = builder.add(j, ir.Constant(_I64, 1))
+        j.add_incoming(nxt, builder.block)
+        builder.cbranch(builder.icmp_signed("<", nxt, full), loop, tail)
+        builder.position_at_end(tail)
+        rem = builder.sub(n, builder.shl(full, ir.Constant(_I64, 5)))
+        builder.cbranch(builder.icmp_signed(">", rem, ir.Constant(_I64, 0)), last, done)
+        builder.position_at_end(last)
+        step(full, rem)
+        builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
