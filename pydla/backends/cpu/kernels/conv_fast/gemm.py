@@ -53,11 +53,12 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
                    a_sr_: ir.Value, b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value,
                    c_: ir.Value, ldc_: ir.Value, acc_flag: ir.Value,
                    c_half: ir.Value | None = None, bias_: ir.Value | None = None,
-                   prefetch_b: bool = False, mr: int = MR) -> None:
+                   prefetch_b: bool = False, mr: int = MR, nv: int = 2) -> None:
     """The micro-kernel's body, ``mr`` rows: A's row r at step i is at a_ + r·a_sr_ +
     ``a_off_at(i)``, ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is
     two vectors at c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``:
-    the address of 32 floats added to every row when C is stored rather than accumulated."""
+    the address of 32 floats added to every row when C is stored rather than accumulated.
+    ``nv`` 1: only B's and C's first vector (a last strip of 16 output channels)."""
     fn = builder.function
     # One base address per row of A, outside the loop.
     a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(mr)]
@@ -71,13 +72,12 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     i.add_incoming(ir.Constant(_I64, 0), entry)
     zero = ir.Constant(_VEC, [0.0] * _LANES)
     accs = []
-    for _ in range(2 * mr):
+    for _ in range(nv * mr):
         phi = builder.phi(_VEC)
         phi.add_incoming(zero, entry)
         accs.append(phi)
     b_row = b_row_at(i)
-    b0 = builder.load(_ptr(builder, b_row, 0, _VEC), align=4)
-    b1 = builder.load(_ptr(builder, b_row, 4 * _LANES, _VEC), align=4)
+    bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in range(nv)]
     a_off = a_off_at(i)
     # Prefetch A ahead: packed weights stream from memory once per call (inside a network
     # they are not cached), and the hardware prefetcher alone left the FMAs waiting.
@@ -87,7 +87,7 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     # When B is what streams (weights on the columns: micro_kernel_taps), its two lines
     # per step are prefetched instead.
     aheads = ([builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h))
-               for h in range(2)] if prefetch_b else
+               for h in range(nv)] if prefetch_b else
               [builder.add(builder.add(a_rows[0], a_off), ir.Constant(_I64, PREFETCH_BYTES))])
     for ahead in aheads:
         builder.call(prefetch, [builder.inttoptr(ahead, ir.IntType(8).as_pointer()),
@@ -98,8 +98,8 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
         _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
     for r in range(mr):
         sv = splat(builder, builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4))
-        new.append(builder.call(fma, [sv, b0, accs[2 * r]]))
-        new.append(builder.call(fma, [sv, b1, accs[2 * r + 1]]))
+        for h in range(nv):
+            new.append(builder.call(fma, [sv, bs[h], accs[nv * r + h]]))
     nxt = builder.add(i, ir.Constant(_I64, 1))
     i.add_incoming(nxt, loop)
     for phi, value in zip(accs, new):
@@ -111,13 +111,13 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     biases = None
     if bias_ is not None:
         biases = [builder.load(_ptr(builder, bias_, 4 * _LANES * h, _VEC), align=4)
-                  for h in range(2)]
+                  for h in range(nv)]
     for r in range(mr):
         row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
-        for h in range(2):
+        for h in range(nv):
             ptr = _ptr(builder, row, (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0,
                        _VEC)
-            value = new[2 * r + h]
+            value = new[nv * r + h]
             with builder.if_then(add):
                 builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
             with builder.if_then(builder.not_(add)):
@@ -162,7 +162,7 @@ def micro_kernel_rows(typingctx, a, a_sk, a_sr, offs, b, k, c, ldc, accumulate):
     return sig, codegen
 
 
-def _blocked(mr: int):  # type: ignore[no-untyped-def]
+def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
     @intrinsic
     def kernel(typingctx, a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias,  # type: ignore[no-untyped-def]
                accumulate):
@@ -178,7 +178,7 @@ def _blocked(mr: int):  # type: ignore[no-untyped-def]
 
             _micro_codegen(builder, a_, a_off, a_sr_,
                            lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
-                           k_, c_, ldc_, acc_flag, c_half_, bias_, mr=mr)
+                           k_, c_, ldc_, acc_flag, c_half_, bias_, mr=mr, nv=nv)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -192,9 +192,12 @@ def _blocked(mr: int):  # type: ignore[no-untyped-def]
 # pixels (a_lane 4: 16 channels side by side) or a planar one's (a_blk = 16·a_lane, the
 # plane) — and C's row r two vectors of 16 channels, at c + r·ldc and c + r·ldc + c_half
 # (two blocks of a blocked output), plus the 32 floats at ``bias`` when stored
-# (``accumulate`` 0). B is packed as for micro_kernel. The 7 variant: MR7 rows.
+# (``accumulate`` 0). B is packed as for micro_kernel. The 7 variant: MR7 rows; the _16
+# variants: C's first vector only (an odd last block of 16 output channels).
 micro_kernel_blocked = _blocked(MR)
 micro_kernel_blocked7 = _blocked(MR7)
+micro_kernel_blocked_16 = _blocked(MR, 1)
+micro_kernel_blocked7_16 = _blocked(MR7, 1)
 
 
 def _taps(mr: int):  # type: ignore[no-untyped-def]

@@ -47,6 +47,8 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     NR,
     micro_kernel_blocked,
     micro_kernel_blocked7,
+    micro_kernel_blocked7_16,
+    micro_kernel_blocked_16,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
@@ -76,11 +78,27 @@ def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr
 
 
 @njit(inline="always")
-def _panel(mr: int, blocked: bool, a: int, a_blk: int, a_lane: int, b: int, kc: int,
-           out: int, c_half: int, bias: int, more: int) -> None:
+def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b: int,
+           kc: int, out: int, c_half: int, bias: int, more: int) -> None:
     # Row strides are literals at each call (16 floats blocked, 1 planar): LLVM then folds
     # the row addresses into one base register (as a variable they spilled, 3× slower).
-    if mr == MR7:
+    # ``one``: an odd last block of output channels, the strip's first vector only (its
+    # second would multiply zero weights: the 32->16 projection at 112x112 spent half
+    # its time so).
+    if one:
+        if mr == MR7:
+            if blocked:
+                micro_kernel_blocked7_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias,
+                                         more)
+            else:
+                micro_kernel_blocked7_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
+                                         more)
+        elif blocked:
+            micro_kernel_blocked_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
+        else:
+            micro_kernel_blocked_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
+                                    more)
+    elif mr == MR7:
         if blocked:
             micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
         else:
@@ -133,12 +151,13 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
                 kc = min(KC, k - k0)
                 b = bp.ctypes.data + (s * k + k0) * NR * 4
                 more = 1 if k0 else 0  # the first slice stores, with the bias
+                one = mb % 2 == 1 and s == strips - 1
                 for pi in range(panels):
                     step = pi * mr * (L if x_blocked else 1) * 4
-                    _panel(mr, x_blocked, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
+                    _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
                            sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more)
                 if tail:
-                    _panel(mr, x_blocked, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
+                    _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
                            sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more)
             for half in range(2):
                 blk = 2 * s + half
