@@ -32,7 +32,8 @@ Thunk = Callable[[], None]
 
 # Below this many input elements the layer runs on one thread.
 PARALLEL_MIN = 1 << 12  # a window pool costs ~10 operations per element: split early
-# geo layout: [planes, H, W, OH, OW, KH, KW, SH, SW, DH, DW, top, left, parts, is_max]
+# geo layout: [planes, H, W, OH, OW, KH, KW, SH, SW, DH, DW, top, left, parts, is_max,
+#              lo_all, hi_all] — see row_geometry
 _NEG_INF = np.float32(-np.inf)
 
 
@@ -68,7 +69,7 @@ def _reduce_row(is_max: bool, table: np.ndarray, k: int, dst: int, n: int) -> No
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
 def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
-           cnt: np.ndarray, p: int, geo: np.ndarray) -> None:
+           cnt: np.ndarray, p: int, geo: np.ndarray, offs: np.ndarray) -> None:
     h, w, oh, ow = geo[1], geo[2], geo[3], geo[4]
     kh, kw, sh, sw, dh, dw, top, left = (geo[5], geo[6], geo[7], geo[8], geo[9], geo[10],
                                          geo[11], geo[12])
@@ -77,21 +78,9 @@ def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
     plane = x.ctypes.data + p * h * w * 4
     outs = y[p * oh * ow:(p + 1) * oh * ow]
     col, phases = tmp[:w], tmp[_lanes(w):]
-    # The horizontal pass's geometry, once per plane (integer divisions by a run-time
-    # stride cost more than a row's vector work): the output columns every tap reaches,
-    # lo_all ≤ o < hi_all, and each tap's byte offset to them in the row or its phases.
-    plen = (w + sw - 1) // sw
-    pstride = _lanes(plen)
-    lo_all, hi_all = 0, ow
-    for j in range(kw):
-        off = j * dw - left
-        lo_all = max(lo_all, (-off + sw - 1) // sw)
-        hi_all = min(hi_all, (w - 1 - off) // sw + 1)
-    rows_at, taps_at = table[:kh], table[kh:kh + 2 * kw]  # taps_at: offsets, addresses
-    for j in range(kw):
-        off = j * dw - left
-        q = off % sw
-        taps_at[j] = (q * pstride + (off - q) // sw + lo_all) * 4
+    lo_all, hi_all = geo[15], geo[16]
+    rows_at, taps_at = table[:kh], table[kh:kh + kw]  # addresses of rows / tap runs
+    direct = kw == 1 and sw == 1 and left == 0 and ow == w
     for r in range(oh):
         out = outs[r * ow:(r + 1) * ow]
         # Vertical first: the window's valid input rows reduced into one row, then that
@@ -108,8 +97,12 @@ def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
         else:
             for i in range(first, last + 1):
                 rows_at[i - first] = plane + (r * sh + i * dh - top) * w * 4
-            _reduce_row(is_max, rows_at, last - first + 1, col.ctypes.data, w)
-            _row(col, out, kw, sw, dw, left, is_max, init, phases, lo_all, hi_all, taps_at)
+            if direct:  # a k×1 window: the reduced rows are the output row
+                _reduce(is_max, rows_at, last - first + 1, out.ctypes.data, w)
+            else:
+                _reduce_row(is_max, rows_at, last - first + 1, col.ctypes.data, w)
+                _row(col, out, kw, sw, dw, left, is_max, init, phases, lo_all, hi_all,
+                     offs, taps_at)
         if not is_max:
             counts = cnt[r * ow:(r + 1) * ow]
             for o in range(ow):
@@ -119,12 +112,12 @@ def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
 def _row(x: np.ndarray, acc: np.ndarray, kw: int, sw: int, dw: int, left: int,
          is_max: bool, init: float, phases: np.ndarray, lo_all: int, hi_all: int,
-         taps_at: np.ndarray) -> None:
+         offs: np.ndarray, table: np.ndarray) -> None:
     """acc[o] = ⊕ over the kernel's columns j of x[o·sw + j·dw - left] (⊕: max or +),
     taps outside the row skipped. A strided row is first split into its sw phases (phase
     q holds columns q, q + sw, …), so that every tap is a contiguous run; the columns
-    every tap reaches (lo_all ≤ o < hi_all, tap j's run at byte taps_at[j] of the row or
-    its phases) are reduced as whole vectors, the few at the edges one by one."""
+    every tap reaches (lo_all ≤ o < hi_all, tap j's run at byte offs[j] of the row or its
+    phases) are reduced as whole vectors, the few at the edges one by one."""
     w, ow = x.shape[0], acc.shape[0]
     if sw == 2:
         # Whole pairs of vectors, past the row's end into scratch (nothing masked).
@@ -137,9 +130,8 @@ def _row(x: np.ndarray, acc: np.ndarray, kw: int, sw: int, dw: int, left: int,
                 phases[q * pstride + t] = x[q + sw * t]
     if hi_all > lo_all:
         base = phases.ctypes.data if sw > 1 else x.ctypes.data
-        table = taps_at[kw:2 * kw]  # the runs' addresses
         for j in range(kw):
-            table[j] = base + taps_at[j]
+            table[j] = base + offs[j]
         _reduce(is_max, table, kw, acc.ctypes.data + lo_all * 4, hi_all - lo_all)
     edge = min(lo_all, ow)
     for o in range(edge):
@@ -165,19 +157,19 @@ def _edge(x: np.ndarray, o: int, kw: int, sw: int, dw: int, left: int, is_max: b
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy",
       fastmath=FASTMATH_REDUCE)
 def pool_par(x: np.ndarray, y: np.ndarray, scratch: np.ndarray, tables: np.ndarray,
-             cnt: np.ndarray, geo: np.ndarray) -> None:
+             cnt: np.ndarray, geo: np.ndarray, offs: np.ndarray) -> None:
     planes, parts = geo[0], geo[13]
     per = (planes + parts - 1) // parts
     for t in prange(parts):
         for p in range(t * per, min(planes, (t + 1) * per)):
-            _plane(x, y, scratch[t], tables[t], cnt, p, geo)
+            _plane(x, y, scratch[t], tables[t], cnt, p, geo, offs)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
 def pool_seq(x: np.ndarray, y: np.ndarray, scratch: np.ndarray, tables: np.ndarray,
-             cnt: np.ndarray, geo: np.ndarray) -> None:
+             cnt: np.ndarray, geo: np.ndarray, offs: np.ndarray) -> None:
     for p in range(geo[0]):
-        _plane(x, y, scratch[0], tables[0], cnt, p, geo)
+        _plane(x, y, scratch[0], tables[0], cnt, p, geo, offs)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
@@ -233,24 +225,45 @@ def _prebound(run: Callable[[np.ndarray, np.ndarray], Thunk]) -> RunFn:
     return PreboundKernel(prebind)
 
 
+def row_geometry(w: int, ow: int, kw: int, sw: int, dw: int,
+                 left: int) -> tuple[int, int, np.ndarray]:
+    """The horizontal pass's geometry, computed once at bind (integer divisions by a
+    run-time stride cost more than a short row's vector work): the output columns every
+    tap reaches, lo_all ≤ o < hi_all, and each tap's byte offset to them in the row (sw 1)
+    or in its phases (each phase _lanes(⌈w / sw⌉) floats long)."""
+    pstride = ((w + sw - 1) // sw + 15) // 16 * 16
+    lo_all, hi_all = 0, ow
+    for j in range(kw):
+        off = j * dw - left
+        lo_all = max(lo_all, (-off + sw - 1) // sw)
+        hi_all = min(hi_all, (w - 1 - off) // sw + 1)
+    offs = np.zeros(kw, np.int64)
+    for j in range(kw):
+        off = j * dw - left
+        q = off % sw
+        offs[j] = (q * pstride + (off - q) // sw + lo_all) * 4
+    return lo_all, hi_all, offs
+
+
 def bind_window_pool(spec: LayerSpec) -> RunFn:
     win = _Windows(spec)
     x = spec.inputs[0]
     assert x is not None
     n, c, h, w = x.shape
     oh, ow = win.out_sizes
+    (kh, kw), sw = win.kernel, win.strides[1]
     is_max = spec.op == "MaxPool"
     nthreads = threads.configure()
     planes = n * c
     parallel = nthreads > 1 and planes > 1 and n * c * h * w >= PARALLEL_MIN
     parts = min(nthreads, planes) if parallel else 1
+    lo_all, hi_all, offs = row_geometry(w, ow, kw, sw, win.dilations[1], win.begin[1])
     geo = np.array([planes, h, w, oh, ow, *win.kernel, *win.strides, *win.dilations,
-                    *win.begin, parts, int(is_max)], np.int64)
+                    *win.begin, parts, int(is_max), lo_all, hi_all], np.int64)
     count = (np.ones((1,), np.float32) if is_max else
              np.maximum(win.count(bool(spec.attrs.get("count_include_pad", 0))), 1)
              .astype(np.float32).reshape(-1))
     # Per thread: the reduced row, then its phases (whole vectors each), on cache lines.
-    sw = win.strides[1]
     phase = -(-w // sw)
     width = -(-w // 16) * 16 + sw * (-(-phase // 16) * 16) + 16
     raw = np.zeros(parts * width + 16, np.float32)
@@ -258,12 +271,12 @@ def bind_window_pool(spec: LayerSpec) -> RunFn:
     scratch = raw[skip:skip + parts * width].reshape(parts, width)
     # Row addresses for _reduce, a cache line apart per thread: written every row, a
     # shared line went back and forth between the cores (the pool ran 2× slower).
-    kh, kw = win.kernel
-    tables = np.zeros((parts, -(-(kh + 2 * kw) // 8) * 8 + 8), np.int64)
+    tables = np.zeros((parts, -(-(kh + kw) // 8) * 8 + 8), np.int64)
     kernel = pool_par if parallel else pool_seq
     if planes * oh * ow == 0:
         return _prebound(lambda x, y: _nothing)
-    return _prebound(lambda x, y: functools.partial(kernel, x, y, scratch, tables, count, geo))
+    return _prebound(lambda x, y: functools.partial(kernel, x, y, scratch, tables, count,
+                                                    geo, offs))
 
 
 def bind_global_pool(spec: LayerSpec) -> RunFn:
