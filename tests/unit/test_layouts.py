@@ -14,6 +14,7 @@ import pytest
 from onnx import helper
 
 from pydla.backends.base import LayerSpec, TensorSpec
+from pydla.backends.cpu import threads
 from pydla.backends.cpu.backend import bind_layer
 from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
 from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
@@ -260,8 +261,16 @@ def test_blocked_layers_refuse_misfitting_shapes() -> None:
         bind_layer(per_channel)
 
 
+@pytest.fixture(params=["forked", "inline"])
+def forking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Small memory-bound kernels run on the calling thread below a size: both paths."""
+    limit = 0 if request.param == "forked" else 1 << 62
+    monkeypatch.setattr(threads, "PARALLEL_MIN_ELEMENTS", limit)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("shape", [(1, 32, 7, 7), (2, 72, 5, 9), (1, 16, 1, 1), (3, 5, 4, 4)])
-def test_reorder_round_trip(shape: tuple[int, ...]) -> None:
+def test_reorder_round_trip(shape: tuple[int, ...], forking: str) -> None:
     x = _rand(*shape)
     c = shape[1]
     blocked_shape = (shape[0], -(-c // 16), *shape[2:], 16)
@@ -288,7 +297,8 @@ def test_reorder_refuses_misfitting_shapes() -> None:
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum"])
 @pytest.mark.parametrize("shape,axes", [((2, 5, 7, 7, 16), [2, 3]), ((1, 3, 4, 32), [1, 2]),
                                         ((3, 9, 16), [1])])
-def test_middle_reductions(op: str, shape: tuple[int, ...], axes: list[int]) -> None:
+def test_middle_reductions(op: str, shape: tuple[int, ...], axes: list[int],
+                           forking: str) -> None:
     x = _rand(*shape)
     want = (np.mean if op == "ReduceMean" else np.sum)(x, axis=tuple(axes), keepdims=True)
     spec = LayerSpec("r", op, {"axes": axes, "keepdims": 1}, (_spec(shape),),
@@ -305,7 +315,7 @@ def test_middle_reductions(op: str, shape: tuple[int, ...], axes: list[int]) -> 
      (2, 3, 4, 4, 32)),
 ])
 def test_middle_broadcasts(program: list[tuple[Any, ...]], first: tuple[int, ...],
-                           second: tuple[int, ...]) -> None:
+                           second: tuple[int, ...], forking: str) -> None:
     out = max(first, second, key=lambda s: int(np.prod(s)))
     small = min(first, second, key=lambda s: int(np.prod(s)))
     steps = [{"op": op, "in": regs, "attrs": attrs, "dtype": "float32",

@@ -37,8 +37,8 @@ Thunk = Callable[[], object]
 _MUL, _ADD, _SUB, _RSUB = (vector_rows(op) for op in ("mul", "add", "sub", "rsub"))
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _reduce(x: np.ndarray, out: np.ndarray, scale: float, nthreads: int) -> None:
+@njit(inline="always", error_model="numpy")
+def _reduce_body(x: np.ndarray, out: np.ndarray, scale: float, nthreads: int) -> None:
     """out[a, i] = scale · Σ_r x[a, r, i] (I a multiple of 16)."""
     outer, rows, inner = x.shape
     tasks = outer * (inner // L)
@@ -51,9 +51,9 @@ def _reduce(x: np.ndarray, out: np.ndarray, scale: float, nthreads: int) -> None
                        out[a].ctypes.data + v * L * 4, s)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _broadcast(x: np.ndarray, s: np.ndarray, out: np.ndarray, op: int, s_first: bool,
-               nthreads: int) -> None:
+@njit(inline="always", error_model="numpy")
+def _broadcast_body(x: np.ndarray, s: np.ndarray, out: np.ndarray, op: int, s_first: bool,
+                    nthreads: int) -> None:
     """out[a, r, i] = x[a, r, i] op s[a, i] (s op x when ``s_first``); x and out
     (A, R, I), s (A, I), I a multiple of 16. Tasks: (a, run of rows), enough for every
     thread."""
@@ -91,6 +91,28 @@ def _broadcast(x: np.ndarray, s: np.ndarray, out: np.ndarray, op: int, s_first: 
                         _SUB(src + at, dst + at, vec, 1)
 
 
+@njit(cache=True, parallel=True, error_model="numpy")
+def _reduce_par(x: np.ndarray, out: np.ndarray, scale: float, nthreads: int) -> None:
+    _reduce_body(x, out, scale, nthreads)
+
+
+@njit(cache=True, error_model="numpy")
+def _reduce_seq(x: np.ndarray, out: np.ndarray, scale: float, nthreads: int) -> None:
+    _reduce_body(x, out, scale, 1)
+
+
+@njit(cache=True, parallel=True, error_model="numpy")
+def _broadcast_par(x: np.ndarray, s: np.ndarray, out: np.ndarray, op: int, s_first: bool,
+                   nthreads: int) -> None:
+    _broadcast_body(x, s, out, op, s_first, nthreads)
+
+
+@njit(cache=True, error_model="numpy")
+def _broadcast_seq(x: np.ndarray, s: np.ndarray, out: np.ndarray, op: int, s_first: bool,
+                   nthreads: int) -> None:
+    _broadcast_body(x, s, out, op, s_first, 1)
+
+
 def _middle_run(axes: Sequence[int], rank: int) -> tuple[int, int] | None:
     """(first, end) of ``axes`` when they are one contiguous run short of the last axis."""
     ax = sorted({a % rank for a in axes}) if rank else []
@@ -121,7 +143,8 @@ def bind_reduce(spec: LayerSpec) -> RunFn:
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
         src = ins[0]
         assert src is not None
-        return partial(_reduce, np.ascontiguousarray(src).reshape(shape3),
+        kernel = _reduce_par if threads.parallel_pays(math.prod(shape3)) else _reduce_seq
+        return partial(kernel, np.ascontiguousarray(src).reshape(shape3),
                        outs[0].reshape(shape3[0], shape3[2]), scale, nthreads)
 
     return PreboundKernel(prebind)
@@ -203,7 +226,9 @@ def bind_broadcast(spec: LayerSpec) -> RunFn:
         assert full is not None and small is not None
         gate_step = gate.prebind([small], [gated]) if gate is not None else None
         operand = gated if gate is not None else np.ascontiguousarray(small)
-        scale = partial(_broadcast, np.ascontiguousarray(full).reshape(geo.shape3),
+        kernel = (_broadcast_par if threads.parallel_pays(math.prod(geo.shape3))
+                  else _broadcast_seq)
+        scale = partial(kernel, np.ascontiguousarray(full).reshape(geo.shape3),
                         operand.reshape(outer, inner), outs[0].reshape(geo.shape3), geo.op,
                         geo.s_first, nthreads)
         if gate_step is None:

@@ -9,6 +9,7 @@ channel block) on the engine's threads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -44,8 +45,8 @@ def to_planar(xb: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(planar[:, :channels])
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def _reorder(x: np.ndarray, y: np.ndarray, blocking: bool, nthreads: int) -> None:
+@njit(inline="always", error_model="numpy")
+def _reorder_body(x: np.ndarray, y: np.ndarray, blocking: bool, nthreads: int) -> None:
     """x (n, c, p) planar and y (n, cb, p, 16) blocked: y from x when ``blocking`` (zero
     past channel c), else x from y."""
     n, c, p = x.shape
@@ -78,6 +79,16 @@ def _reorder(x: np.ndarray, y: np.ndarray, blocking: bool, nthreads: int) -> Non
                         block[j, lane] = 0
 
 
+@njit(cache=True, parallel=True, error_model="numpy")
+def _reorder_par(x: np.ndarray, y: np.ndarray, blocking: bool, nthreads: int) -> None:
+    _reorder_body(x, y, blocking, nthreads)
+
+
+@njit(cache=True, error_model="numpy")
+def _reorder_seq(x: np.ndarray, y: np.ndarray, blocking: bool, nthreads: int) -> None:
+    _reorder_body(x, y, blocking, 1)
+
+
 def shapes(spec: LayerSpec) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
     """(direction, planar shape, blocked shape), checked against the layer's tensors."""
     to, c = spec.attrs.get("to"), spec.attrs.get("channels")
@@ -105,6 +116,7 @@ def bind_reorder(spec: LayerSpec) -> RunFn:
     flat_planar = (planar[0], planar[1], int(np.prod(planar[2:], dtype=np.int64)))
     flat_blocked = (blocked[0], blocked[1], flat_planar[2], L)
     c = planar[1]
+    reorder = _reorder_par if threads.parallel_pays(math.prod(blocked)) else _reorder_seq
 
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
         x, y = ins[0], outs[0]
@@ -112,9 +124,9 @@ def bind_reorder(spec: LayerSpec) -> RunFn:
         if not fast or not x.flags.c_contiguous or not y.flags.c_contiguous:
             return partial(_numpy_reorder, x, y, to, c)
         if to == BLOCKED:
-            return partial(_reorder, x.reshape(flat_planar), y.reshape(flat_blocked), True,
+            return partial(reorder, x.reshape(flat_planar), y.reshape(flat_blocked), True,
                            nthreads)
-        return partial(_reorder, y.reshape(flat_planar), x.reshape(flat_blocked), False,
+        return partial(reorder, y.reshape(flat_planar), x.reshape(flat_blocked), False,
                        nthreads)
 
     return PreboundKernel(prebind)
