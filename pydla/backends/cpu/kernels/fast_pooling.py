@@ -6,7 +6,7 @@ rows into one row (per-thread scratch), a horizontal pass reduces that over the 
 columns — KH + KW operations per output instead of KH·KW (SPPF's 5×5: 10 instead of 25).
 A strided row is split into its phases first, so that every pass is contiguous; passes
 run as explicit 16-lane vectors with a masked last one (simd.vector_reduce) — LLVM's own
-loops left rows shorter than 64 floats scalar (ResNet-50's 3×3/2 pool: 0.24 -> 0.05 ms).
+loops left rows shorter than 64 floats scalar (ResNet-50's 3×3/2 pool: 0.24 -> 0.11 ms).
 Padding is never materialised: out-of-range taps are skipped, and average pooling divides
 by the reference's own count of taps (``count_include_pad`` as planned). Planes are split
 evenly over the engine's threads.
@@ -33,38 +33,34 @@ Thunk = Callable[[], None]
 # Below this many input elements the layer runs on one thread.
 PARALLEL_MIN = 1 << 12  # a window pool costs ~10 operations per element: split early
 # geo layout: [planes, H, W, OH, OW, KH, KW, SH, SW, DH, DW, top, left, parts, is_max,
-#              lo_all, hi_all] — see row_geometry
+#              lo_all, hi_all, pstride] — see row_geometry
 _NEG_INF = np.float32(-np.inf)
 
 
 _VMAX, _VADD = vector_reduce("max"), vector_reduce("add")
-_VMAX_ROW, _VADD_ROW = vector_reduce("max", True), vector_reduce("add", True)
+_VMAX_WHOLE, _VADD_WHOLE = vector_reduce("max", True), vector_reduce("add", True)
 
 
 @njit(inline="always")
 def _lanes(n: int) -> int:
-    """n rounded up to whole vectors of 16: scratch rows start on cache lines (a vector
-    split over two lines is not forwarded from the store that wrote it to the next pass's
-    load, which then waits for the store to retire)."""
+    """n rounded up to whole vectors of 16: the scratch row and phases are written whole
+    vectors at a time, past their last value."""
     return (n + 15) & ~15
 
 
 @njit(inline="always")
-def _reduce(is_max: bool, table: np.ndarray, k: int, dst: int, n: int) -> None:
-    """n floats at address dst = ⊕ of the k rows whose addresses are in table."""
-    if is_max:
+def _reduce(is_max: bool, whole: bool, table: np.ndarray, k: int, dst: int, n: int) -> None:
+    """n floats at address dst = ⊕ of the k rows whose addresses are in table; ``whole``:
+    dst is scratch with room for whole vectors (the last store is not masked)."""
+    if whole:
+        if is_max:
+            _VMAX_WHOLE(table.ctypes.data, k, dst, n)
+        else:
+            _VADD_WHOLE(table.ctypes.data, k, dst, n)
+    elif is_max:
         _VMAX(table.ctypes.data, k, dst, n)
     else:
         _VADD(table.ctypes.data, k, dst, n)
-
-
-@njit(inline="always")
-def _reduce_row(is_max: bool, table: np.ndarray, k: int, dst: int, n: int) -> None:
-    """``_reduce`` into scratch with room for whole vectors (no masked store)."""
-    if is_max:
-        _VMAX_ROW(table.ctypes.data, k, dst, n)
-    else:
-        _VADD_ROW(table.ctypes.data, k, dst, n)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH)
@@ -78,7 +74,7 @@ def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
     plane = x.ctypes.data + p * h * w * 4
     outs = y[p * oh * ow:(p + 1) * oh * ow]
     col, phases = tmp[:w], tmp[_lanes(w):]
-    lo_all, hi_all = geo[15], geo[16]
+    lo_all, hi_all, pstride = geo[15], geo[16], geo[17]
     rows_at, taps_at = table[:kh], table[kh:kh + kw]  # addresses of rows / tap runs
     direct = kw == 1 and sw == 1 and left == 0 and ow == w
     for r in range(oh):
@@ -98,11 +94,11 @@ def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
             for i in range(first, last + 1):
                 rows_at[i - first] = plane + (r * sh + i * dh - top) * w * 4
             if direct:  # a k×1 window: the reduced rows are the output row
-                _reduce(is_max, rows_at, last - first + 1, out.ctypes.data, w)
+                _reduce(is_max, False, rows_at, last - first + 1, out.ctypes.data, w)
             else:
-                _reduce_row(is_max, rows_at, last - first + 1, col.ctypes.data, w)
-                _row(col, out, kw, sw, dw, left, is_max, init, phases, lo_all, hi_all,
-                     offs, taps_at)
+                _reduce(is_max, True, rows_at, last - first + 1, col.ctypes.data, w)
+                _row(col, out, kw, sw, dw, left, is_max, init, phases, pstride, lo_all,
+                     hi_all, offs, taps_at)
         if not is_max:
             counts = cnt[r * ow:(r + 1) * ow]
             for o in range(ow):
@@ -111,20 +107,20 @@ def _plane(x: np.ndarray, y: np.ndarray, tmp: np.ndarray, table: np.ndarray,
 
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
 def _row(x: np.ndarray, acc: np.ndarray, kw: int, sw: int, dw: int, left: int,
-         is_max: bool, init: float, phases: np.ndarray, lo_all: int, hi_all: int,
-         offs: np.ndarray, table: np.ndarray) -> None:
+         is_max: bool, init: float, phases: np.ndarray, pstride: int, lo_all: int,
+         hi_all: int, offs: np.ndarray, table: np.ndarray) -> None:
     """acc[o] = ⊕ over the kernel's columns j of x[o·sw + j·dw - left] (⊕: max or +),
     taps outside the row skipped. A strided row is first split into its sw phases (phase
-    q holds columns q, q + sw, …), so that every tap is a contiguous run; the columns
+    q holds columns q, q + sw, … from phases[q·pstride]), so that every tap is a
+    contiguous run; the columns
     every tap reaches (lo_all ≤ o < hi_all, tap j's run at byte offs[j] of the row or its
     phases) are reduced as whole vectors, the few at the edges one by one."""
     w, ow = x.shape[0], acc.shape[0]
     if sw == 2:
         # Whole pairs of vectors, past the row's end into scratch (nothing masked).
-        odd = phases.ctypes.data + _lanes((w + 1) // 2) * 4
+        odd = phases.ctypes.data + pstride * 4
         deinterleave2(x.ctypes.data, phases.ctypes.data, odd, (w + 31) & ~31)
     elif sw > 1:
-        pstride = _lanes((w + sw - 1) // sw)
         for q in range(sw):
             for t in range((w - q + sw - 1) // sw):
                 phases[q * pstride + t] = x[q + sw * t]
@@ -132,7 +128,7 @@ def _row(x: np.ndarray, acc: np.ndarray, kw: int, sw: int, dw: int, left: int,
         base = phases.ctypes.data if sw > 1 else x.ctypes.data
         for j in range(kw):
             table[j] = base + offs[j]
-        _reduce(is_max, table, kw, acc.ctypes.data + lo_all * 4, hi_all - lo_all)
+        _reduce(is_max, False, table, kw, acc.ctypes.data + lo_all * 4, hi_all - lo_all)
     edge = min(lo_all, ow)
     for o in range(edge):
         acc[o] = _edge(x, o, kw, sw, dw, left, is_max, init)
@@ -226,11 +222,11 @@ def _prebound(run: Callable[[np.ndarray, np.ndarray], Thunk]) -> RunFn:
 
 
 def row_geometry(w: int, ow: int, kw: int, sw: int, dw: int,
-                 left: int) -> tuple[int, int, np.ndarray]:
+                 left: int) -> tuple[int, int, int, np.ndarray]:
     """The horizontal pass's geometry, computed once at bind (integer divisions by a
     run-time stride cost more than a short row's vector work): the output columns every
-    tap reaches, lo_all ≤ o < hi_all, and each tap's byte offset to them in the row (sw 1)
-    or in its phases (each phase _lanes(⌈w / sw⌉) floats long)."""
+    tap reaches, lo_all ≤ o < hi_all, the floats between phases (⌈w / sw⌉ in whole
+    vectors) and each tap's byte offset to its run in the row (sw 1) or its phase."""
     pstride = ((w + sw - 1) // sw + 15) // 16 * 16
     lo_all, hi_all = 0, ow
     for j in range(kw):
@@ -242,7 +238,7 @@ def row_geometry(w: int, ow: int, kw: int, sw: int, dw: int,
         off = j * dw - left
         q = off % sw
         offs[j] = (q * pstride + (off - q) // sw + lo_all) * 4
-    return lo_all, hi_all, offs
+    return lo_all, hi_all, pstride, offs
 
 
 def bind_window_pool(spec: LayerSpec) -> RunFn:
@@ -257,18 +253,16 @@ def bind_window_pool(spec: LayerSpec) -> RunFn:
     planes = n * c
     parallel = nthreads > 1 and planes > 1 and n * c * h * w >= PARALLEL_MIN
     parts = min(nthreads, planes) if parallel else 1
-    lo_all, hi_all, offs = row_geometry(w, ow, kw, sw, win.dilations[1], win.begin[1])
+    lo_all, hi_all, pstride, offs = row_geometry(w, ow, kw, sw, win.dilations[1],
+                                                 win.begin[1])
     geo = np.array([planes, h, w, oh, ow, *win.kernel, *win.strides, *win.dilations,
-                    *win.begin, parts, int(is_max), lo_all, hi_all], np.int64)
+                    *win.begin, parts, int(is_max), lo_all, hi_all, pstride], np.int64)
     count = (np.ones((1,), np.float32) if is_max else
              np.maximum(win.count(bool(spec.attrs.get("count_include_pad", 0))), 1)
              .astype(np.float32).reshape(-1))
-    # Per thread: the reduced row, then its phases (whole vectors each), on cache lines.
-    phase = -(-w // sw)
-    width = -(-w // 16) * 16 + sw * (-(-phase // 16) * 16) + 16
-    raw = np.zeros(parts * width + 16, np.float32)
-    skip = (-raw.ctypes.data // 4) % 16
-    scratch = raw[skip:skip + parts * width].reshape(parts, width)
+    # Per thread: the reduced row, then its phases, each in whole vectors, and a vector
+    # more (the pair deinterleave2 reads past the row).
+    scratch = np.zeros((parts, -(-w // 16) * 16 + sw * pstride + 16), np.float32)
     # Row addresses for _reduce, a cache line apart per thread: written every row, a
     # shared line went back and forth between the cores (the pool ran 2× slower).
     tables = np.zeros((parts, -(-(kh + kw) // 8) * 8 + 8), np.int64)

@@ -323,6 +323,48 @@ def _masked(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
     return builder.call(fn, args)
 
 
+def _lane_mask(builder: ir.IRBuilder, count: ir.Value) -> ir.Value:
+    """A <16 x i1> with the lanes below ``count`` (an int64, clamped to 0…16) set."""
+    i32 = ir.IntType(32)
+    vec32 = ir.VectorType(i32, LANES)
+    c = builder.select(builder.icmp_signed("<", count, ir.Constant(_I64, 0)),
+                       ir.Constant(_I64, 0), count)
+    v = builder.insert_element(ir.Constant(vec32, ir.Undefined), builder.trunc(c, i32),
+                               ir.Constant(i32, 0))
+    v = builder.shuffle_vector(v, ir.Constant(vec32, ir.Undefined),
+                               ir.Constant(vec32, [0] * LANES))
+    return builder.icmp_signed("<", ir.Constant(vec32, list(range(LANES))), v)
+
+
+def _steps_then_tail(builder: ir.IRBuilder, n: ir.Value, per_step: int,
+                     step: Callable[[ir.Value, ir.Value | None], None]) -> None:
+    """Emit ``step(j, None)`` for each whole step j < n // per_step (per_step a power of
+    two, in floats), then ``step(n // per_step, rest)`` if rest = n % per_step is not 0."""
+    shift = ir.Constant(_I64, per_step.bit_length() - 1)
+    full = builder.ashr(n, shift)
+    entry = builder.block
+    fn = builder.function
+    loop = fn.append_basic_block("steps.loop")
+    tail = fn.append_basic_block("steps.tail")
+    last = fn.append_basic_block("steps.rest")
+    done = fn.append_basic_block("steps.done")
+    builder.cbranch(builder.icmp_signed(">", full, ir.Constant(_I64, 0)), loop, tail)
+    builder.position_at_end(loop)
+    j = builder.phi(_I64)
+    j.add_incoming(ir.Constant(_I64, 0), entry)
+    step(j, None)
+    nxt = builder.add(j, ir.Constant(_I64, 1))
+    j.add_incoming(nxt, builder.block)
+    builder.cbranch(builder.icmp_signed("<", nxt, full), loop, tail)
+    builder.position_at_end(tail)
+    rest = builder.sub(n, builder.shl(full, shift))
+    builder.cbranch(builder.icmp_signed(">", rest, ir.Constant(_I64, 0)), last, done)
+    builder.position_at_end(last)
+    step(full, rest)
+    builder.branch(done)
+    builder.position_at_end(done)
+
+
 def vector_reduce(op: str, whole_store: bool = False) -> Callable[..., None]:
     """An intrinsic ``(srcs, nsrc, dst, count)`` (int64; ``srcs`` the address of nsrc ≥ 1
     int64 byte addresses, dst a byte address, count floats): for i < count, dst[i] = the
@@ -352,8 +394,10 @@ def vector_reduce(op: str, whole_store: bool = False) -> Callable[..., None]:
                 at = builder.add(table, builder.mul(s, ir.Constant(_I64, 8)))
                 return builder.load(builder.inttoptr(at, _I64.as_pointer()))
 
-            def fold(off: ir.Value, mask: ir.Value | None) -> None:
-                """Vector at byte offset ``off`` of every source into dst."""
+            def fold(j: ir.Value, rest: ir.Value | None) -> None:
+                """Vector j of every source into dst (its first ``rest`` lanes)."""
+                off = builder.mul(j, ir.Constant(_I64, 4 * LANES))
+                mask = None if rest is None else _lane_mask(builder, rest)
 
                 def load(base: ir.Value) -> ir.Value:
                     p = builder.inttoptr(builder.add(base, off), ptr)
@@ -393,34 +437,7 @@ def vector_reduce(op: str, whole_store: bool = False) -> Callable[..., None]:
                 else:
                     _masked(builder, "store", [value, p, align, mask])
 
-            full = builder.ashr(n, ir.Constant(_I64, 4))
-            entry = builder.block
-            fn = builder.function
-            loop = fn.append_basic_block("reduce.loop")
-            tail = fn.append_basic_block("reduce.tail")
-            last = fn.append_basic_block("reduce.masked")
-            done = fn.append_basic_block("reduce.done")
-            builder.cbranch(builder.icmp_signed(">", full, ir.Constant(_I64, 0)), loop, tail)
-            builder.position_at_end(loop)
-            j = builder.phi(_I64)
-            j.add_incoming(ir.Constant(_I64, 0), entry)
-            fold(builder.mul(j, ir.Constant(_I64, 4 * LANES)), None)
-            nxt = builder.add(j, ir.Constant(_I64, 1))
-            j.add_incoming(nxt, builder.block)
-            builder.cbranch(builder.icmp_signed("<", nxt, full), loop, tail)
-            builder.position_at_end(tail)
-            rem = builder.sub(n, builder.shl(full, ir.Constant(_I64, 4)))
-            builder.cbranch(builder.icmp_signed(">", rem, ir.Constant(_I64, 0)), last, done)
-            builder.position_at_end(last)
-            vec32 = ir.VectorType(i32, LANES)
-            limit = builder.insert_element(ir.Constant(vec32, ir.Undefined),
-                                           builder.trunc(rem, i32), ir.Constant(i32, 0))
-            limit = builder.shuffle_vector(limit, ir.Constant(vec32, ir.Undefined),
-                                           ir.Constant(vec32, [0] * LANES))
-            mask = builder.icmp_signed("<", ir.Constant(vec32, list(range(LANES))), limit)
-            fold(builder.mul(full, ir.Constant(_I64, 4 * LANES)), mask)
-            builder.branch(done)
-            builder.position_at_end(done)
+            _steps_then_tail(builder, n, LANES, fold)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -445,17 +462,6 @@ def deinterleave2(typingctx, src, even, odd, count):  # type: ignore[no-untyped-
         zero = ir.Constant(_VEC, [0.0] * LANES)
         picks = [ir.Constant(vec32, list(range(q, 2 * LANES, 2))) for q in (0, 1)]
 
-        def limit(count: ir.Value) -> ir.Value:
-            """Lanes below count (clamped to 0…16) set."""
-            c = builder.select(builder.icmp_signed("<", count, ir.Constant(_I64, 0)),
-                               ir.Constant(_I64, 0), count)
-            c = builder.trunc(c, i32)
-            v = builder.insert_element(ir.Constant(vec32, ir.Undefined), c,
-                                       ir.Constant(i32, 0))
-            v = builder.shuffle_vector(v, ir.Constant(vec32, ir.Undefined),
-                                       ir.Constant(vec32, [0] * LANES))
-            return builder.icmp_signed("<", ir.Constant(vec32, list(range(LANES))), v)
-
         def step(j: ir.Value, rem: ir.Value | None) -> None:
             at = builder.add(s, builder.mul(j, ir.Constant(_I64, 8 * LANES)))
             halves = []
@@ -465,7 +471,8 @@ def deinterleave2(typingctx, src, even, odd, count):  # type: ignore[no-untyped-
                     halves.append(builder.load(p, align=4))
                 else:
                     left = builder.sub(rem, ir.Constant(_I64, LANES * h))
-                    halves.append(_masked(builder, "load", [p, align, limit(left), zero]))
+                    halves.append(_masked(builder, "load",
+                                          [p, align, _lane_mask(builder, left), zero]))
             out = builder.mul(j, ir.Constant(_I64, 4 * LANES))
             for q, base in enumerate((e, o)):
                 value = builder.shuffle_vector(halves[0], halves[1], picks[q])
@@ -475,30 +482,9 @@ def deinterleave2(typingctx, src, even, odd, count):  # type: ignore[no-untyped-
                 else:  # (rem + 1) // 2 even values, rem // 2 odd ones
                     count = builder.ashr(builder.add(rem, ir.Constant(_I64, 1 - q)),
                                          ir.Constant(_I64, 1))
-                    _masked(builder, "store", [value, p, align, limit(count)])
+                    _masked(builder, "store", [value, p, align, _lane_mask(builder, count)])
 
-        full = builder.ashr(n, ir.Constant(_I64, 5))
-        entry = builder.block
-        fn = builder.function
-        loop = fn.append_basic_block("dei.loop")
-        tail = fn.append_basic_block("dei.tail")
-        last = fn.append_basic_block("dei.masked")
-        done = fn.append_basic_block("dei.done")
-        builder.cbranch(builder.icmp_signed(">", full, ir.Constant(_I64, 0)), loop, tail)
-        builder.position_at_end(loop)
-        j = builder.phi(_I64)
-        j.add_incoming(ir.Constant(_I64, 0), entry)
-        step(j, None)
-        nxt = builder.add(j, ir.Constant(_I64, 1))
-        j.add_incoming(nxt, builder.block)
-        builder.cbranch(builder.icmp_signed("<", nxt, full), loop, tail)
-        builder.position_at_end(tail)
-        rem = builder.sub(n, builder.shl(full, ir.Constant(_I64, 5)))
-        builder.cbranch(builder.icmp_signed(">", rem, ir.Constant(_I64, 0)), last, done)
-        builder.position_at_end(last)
-        step(full, rem)
-        builder.branch(done)
-        builder.position_at_end(done)
+        _steps_then_tail(builder, n, 2 * LANES, step)
         return context.get_dummy_value()
 
     return sig, codegen
