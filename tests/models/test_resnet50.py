@@ -15,7 +15,10 @@ def test_resnet50_fuses_to_few_layers_and_small_memory():
     opts = BuildOptions(opt_level=2)  # every pass; kernels by heuristics (no timing)
     prog = read_loadable(build(model, opts))
     ops = Counter(lay.op for lay in prog.layers)
-    assert len(prog.layers) <= 60, ops
+    # Reorders are layout, not fusion: the bottlenecks' 1×1 layers run channel-blocked, the
+    # 3×3 layers planar, with at most a reorder on either side of each (pydla.plan.layouts).
+    assert len(prog.layers) - ops["Reorder"] <= 60, ops
+    assert ops["Reorder"] <= 2 * 16 + 4, ops
     assert ops["Conv"] == 53
     assert not {"BatchNormalization", "Relu", "Add", "Pointwise"} & set(ops), ops
     residual = [lay for lay in prog.layers if lay.op == "Conv" and "epilogue" in lay.attrs

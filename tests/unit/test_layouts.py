@@ -131,8 +131,8 @@ def test_blocked_tensor_as_graph_output() -> None:
     model_tolerance_ok(module.run(feeds), run_ort(model, feeds))
 
 
-def test_regions_need_a_depthwise_convolution() -> None:
-    """1×1 and 3×3 layers alone stay planar: the planar kernels are as fast there."""
+def test_lone_pointwise_layers_stay_planar() -> None:
+    """A 1×1 layer between planar ones gains less on blocks than its reorders cost."""
     inits: dict[str, np.ndarray] = {}
     nodes = [_conv("a", "x", "a0", 16, 32, 1, inits=inits),
              helper.make_node("Relu", ["a0"], ["a1"]),
@@ -140,6 +140,47 @@ def test_regions_need_a_depthwise_convolution() -> None:
     model = make_model(nodes, {"x": (np.float32, (1, 16, 12, 12))}, ["y"], inits)
     prog = read_loadable(build(model, BuildOptions(autotune=False)))
     assert not any("layouts" in layer.attrs or layer.op == "Reorder" for layer in prog.layers)
+
+
+def bottleneck_model(batch: int = 1, size: int = 16) -> Any:
+    """Two ResNet bottlenecks, the second downsampling through a strided 1×1 shortcut."""
+    inits: dict[str, np.ndarray] = {}
+    nodes = [_conv("stem", "x", "s0", 64, 128, 1, inits=inits),
+             helper.make_node("Relu", ["s0"], ["s1"])]
+    for i, (stride, shortcut) in enumerate([(1, False), (2, True)]):
+        src, mid, out = f"s{2 * i + 1}", 48, 128
+        nodes += [_conv(f"a{i}", src, f"a{i}0", 128, mid, 1, inits=inits),
+                  helper.make_node("Relu", [f"a{i}0"], [f"a{i}1"]),
+                  _conv(f"b{i}", f"a{i}1", f"b{i}0", mid, mid, 3, stride, inits=inits),
+                  helper.make_node("Relu", [f"b{i}0"], [f"b{i}1"]),
+                  _conv(f"c{i}", f"b{i}1", f"c{i}0", mid, out, 1, inits=inits)]
+        skip = src
+        if shortcut:
+            nodes.append(_conv(f"d{i}", src, f"d{i}0", 128, out, 1, stride, inits=inits))
+            skip = f"d{i}0"
+        nodes += [helper.make_node("Add", [f"c{i}0", skip], [f"r{i}"]),
+                  helper.make_node("Relu", [f"r{i}"], [f"s{2 * i + 3}"])]
+    nodes.append(helper.make_node("GlobalAveragePool", ["s5"], ["y"]))
+    model = make_model(nodes, {"x": (np.float32, (batch, 64, size, size))}, ["y"], inits)
+    return model, {"x": _rand(batch, 64, size, size)}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_bottlenecks_run_their_pointwise_layers_blocked(batch: int) -> None:
+    """ResNet's 1×1 layers chained through residual adds gain more on blocks than the
+    reorders around the 3×3 layers cost: every 1×1 layer runs blocked (the strided
+    shortcut too), the 3×3 ones planar, and the result still matches onnxruntime."""
+    model, feeds = bottleneck_model(batch)
+    data = build(model, BuildOptions(autotune=True))
+    prog = read_loadable(data)
+    convs = [layer for layer in prog.layers if layer.op == "Conv"]
+    for layer in convs:
+        three = prog.tensors[layer.inputs[1]].shape[2] == 3
+        assert ("layouts" in layer.attrs) != three, layer.name
+        assert three or layer.tactic == "gemm_nchw16c", (layer.name, layer.tactic)
+    # the image in, around each 3×3 layer out and back, the pooled result out
+    assert sum(layer.op == "Reorder" for layer in prog.layers) == 6
+    model_tolerance_ok(LoadedModule(data).run(feeds), run_ort(model, feeds))
 
 
 def test_unsafe_pointwise_stays_planar() -> None:
@@ -187,6 +228,7 @@ CASES = [  # (n, c, m, h, w, k, stride, group, layouts)
     (1, 32, 32, 20, 20, 3, 1, 32, "bb"), (2, 72, 72, 15, 15, 5, 2, 72, "bb"),
     (1, 20, 20, 9, 9, 3, 2, 20, "bb"), (1, 3, 32, 33, 31, 3, 2, 1, "pb"),
     (2, 3, 24, 20, 20, 7, 2, 1, "pb"), (2, 40, 72, 1, 1, 1, 1, 1, "pb"),
+    (1, 64, 48, 9, 9, 1, 2, 1, "bb"), (2, 40, 24, 8, 7, 1, 2, 1, "bb"),  # strided 1×1
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
@@ -114,7 +115,9 @@ class CpuProgram:
 
     def __init__(self, program: Program) -> None:
         self.program = program
-        threads.configure()  # one thread pool: numba's, with BLAS single-threaded
+        # one thread pool: numba's, with BLAS single-threaded; kernels split their work into
+        # this many parts, so every run must use it (another program bound since may differ)
+        self.threads = threads.configure()
         # 64-byte aligned arena (extra bytes let us slide the start to an aligned address).
         try:
             raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
@@ -158,6 +161,11 @@ class CpuProgram:
             np.copyto(y, view, casting="unsafe")
 
     def run_layers(self, on_layer: LayerHook | None = None) -> None:
+        # numba's count is per calling thread and global to it: a program bound later with
+        # another count (or one run from another thread) would leave this one's kernels
+        # forking onto the wrong number of workers.
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
         index = 0
         try:
             if on_layer is None:

@@ -109,12 +109,30 @@ def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b
         micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more)
 
 
+@njit(inline="always", error_model="numpy")
+def _subsample(x: np.ndarray, xs: np.ndarray, planes: int, h: int, w: int, sh: int, sw: int,
+               ow: int, nthreads: int) -> None:
+    """xs = the pixels a strided 1×1 kernel reads from blocked x: planes (n·⌈c/16⌉) of
+    h × w vectors of 16 into planes of oh × ow."""
+    oh = xs.shape[0] // (planes * ow * L)
+    rows = planes * oh
+    per = -(-rows // nthreads)
+    for t in prange(nthreads):
+        for r in range(t * per, min(rows, (t + 1) * per)):
+            plane, i = r // oh, r % oh
+            src = (plane * h + i * sh) * w * L
+            dst = r * ow * L
+            for j in range(ow):
+                xs[dst + j * L:dst + (j + 1) * L] = x[src + j * sw * L:src + (j * sw + 1) * L]
+
+
 @njit(cache=True, parallel=True, error_model="numpy")
 def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
              bias: np.ndarray, y: np.ndarray, m: int, y_blocked: bool, pb: int,
              nthreads: int, rag: np.ndarray, stage: np.ndarray, acc: np.ndarray,
              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
-             vecs: np.ndarray, scratch: np.ndarray, local: bool, mr: int) -> None:
+             vecs: np.ndarray, scratch: np.ndarray, local: bool, mr: int, xs: np.ndarray,
+             h: int, w: int, sh: int, sw: int, ow: int) -> None:
     """x flat: n images of p pixels, blocked (k/16 blocks of p × 16) or planar (k rows
     of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar; bias
     (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or (n·m, p) planar; pb
@@ -122,8 +140,12 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
     strip of one pixel block; each thread takes a run of consecutive tasks (the strips of
     a block follow each other: its pixels stay in cache). Per thread: rag (a ragged
     panel, as _ragged), stage (2, pb, 16), acc (pb · 16, emit's scratch). ``local``: the
-    epilogue reads no extra inputs."""
+    epilogue reads no extra inputs. A strided layer (blocked X of h × w pixels, strides
+    sh, sw; ow output columns) first gathers the pixels it reads into xs."""
     strips, k = bp.shape[0], bp.shape[1]
+    if sh != 1 or sw != 1:
+        _subsample(x, xs, n * (k // L), h, w, sh, sw, ow, nthreads)
+        x = xs
     mb = -(-m // L)
     pixel_blocks = -(-p // pb)
     tasks = n * pixel_blocks * strips
@@ -173,18 +195,21 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
 
 def applies(spec: LayerSpec) -> bool:
     g = conv2d(spec, blocked=True)
-    return (g is not None and g.x_blocked and g.y_blocked and _pointwise(g)
+    return (g is not None and g.x_blocked and g.y_blocked and _pointwise(g, strided=True)
             and blocked_epilogue_ok(spec))
 
 
 def applies_planar(spec: LayerSpec) -> bool:
     g = conv2d(spec)
-    return g is not None and _pointwise(g)
+    return g is not None and _pointwise(g, strided=False)
 
 
-def _pointwise(g: Conv2d) -> bool:
-    return (g.kh == g.kw == 1 and g.group == 1 and g.sh == g.sw == 1 and g.top == g.left == 0
-            and (g.oh, g.ow) == (g.h, g.w))
+def _pointwise(g: Conv2d, strided: bool) -> bool:
+    """A 1×1 convolution without padding; strided only on blocked input (gathered first;
+    planar strided layers have gemm1x1)."""
+    return (g.kh == g.kw == 1 and g.group == 1 and g.top == g.left == 0
+            and (g.sh == g.sw == 1 or strided)
+            and (g.oh, g.ow) == ((g.h - 1) // g.sh + 1, (g.w - 1) // g.sw + 1))
 
 
 def rows_for(pixels: int) -> int:
@@ -220,6 +245,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     rag = np.zeros((nthreads, k * MR), np.float32)
     stage = np.zeros((nthreads, 2, pb, L), np.float32)
     acc = np.zeros((nthreads, pb * L), np.float32)
+    strided = geo.sh != 1 or geo.sw != 1
+    xs = np.zeros(geo.n * k * p if strided else 0, np.float32)
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
                         pb * (L if local or geo.y_blocked else 1))
@@ -241,7 +268,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         call = partial(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
                        out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
-                       rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr)
+                       rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr, xs,
+                       geo.h, geo.w, geo.sh, geo.sw, geo.ow)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 
