@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 from onnx import helper
@@ -601,6 +602,30 @@ def test_thread_count_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         threads.set_num_threads(None)
         monkeypatch.delenv(threads.ENV_VAR, raising=False)
+        threads.configure()
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two numba threads")
+def test_each_program_runs_with_its_own_thread_count() -> None:
+    """numba's thread count is global to the calling thread: a program bound later with
+    another count must not leave an earlier one's kernels (which split their work into
+    its count) forking onto the wrong number of workers."""
+    x = _rand(1, 16, 9, 9)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       {"x": (np.float32, x.shape)}, ["y"], {})
+    data = build(model, BuildOptions(autotune=False))
+    try:
+        threads.set_num_threads(2)
+        two = LoadedModule(data)
+        threads.set_num_threads(1)
+        one = LoadedModule(data)
+        assert numba.get_num_threads() == 1
+        two.run({"x": x})
+        assert numba.get_num_threads() == 2
+        one.run({"x": x})
+        assert numba.get_num_threads() == 1
+    finally:
+        threads.set_num_threads(None)
         threads.configure()
 
 
