@@ -279,6 +279,28 @@ def test_gemm_c16_rows_of_seven() -> None:
            _tol("gemm_c16"), "gemm_c16 7x7")
 
 
+@pytest.mark.parametrize("tactic", ["winograd4", "winograd2"])
+@pytest.mark.parametrize("m,epilogue", [(136, None), (130, "residual"), (256, "relu")])
+def test_winograd_channel_groups(tactic: str, m: int, epilogue: str | None) -> None:
+    """Batch 1 on a small plane: the threads split the output channels (each streams its
+    part of U), channel counts past whole strips and blocks of 16 included."""
+    x, w, b = _rand(1, 24, 10, 9), _rand(m, 24, 3, 3) * np.float32(0.2), _rand(m)
+    tile = 4 if tactic == "winograd4" else 2
+    assert winograd.groups(1, -(-10 // tile), -(-9 // tile), m, 2) == 2
+    assert winograd.groups(1, 7, 7, m, 2) == 1  # 49 tiles: chunks of tiles
+    extra = [_rand(1, m, 10, 9)] if epilogue == "residual" else []
+    program = {"residual": [_step("Add", [0, 1])], "relu": [_step("Relu", [0])],
+               None: None}[epilogue]
+    spec = _spec(x, w, b, _attrs(pads=(1, 1, 1, 1)), REFERENCE, extra=extra, program=program)
+    try:
+        threads.set_num_threads(2)
+        got = _run(_with_tactic(spec, tactic), [x, w, b, *extra])
+    finally:
+        threads.set_num_threads(None)
+        threads.configure()
+    _close(got, _run(spec, [x, w, b, *extra]), _tol(tactic), f"{tactic} m={m}")
+
+
 # -- half-precision layers --------------------------------------------------------------------
 
 @pytest.mark.parametrize("tactic,k,group", [("gemm1x1", 1, 1), ("winograd4", 3, 1),

@@ -3,8 +3,10 @@
 Y = Aᵀ [ (G g Gᵀ) ⊙ (Bᵀ d B) ] A per m×m output tile (m = 4 or 2, tiles of a = m+2 input
 pixels): S = a² products that become S GEMMs over all tiles and channels.
 
-Work is cut into chunks of tile rows, and each numba thread takes its chunks through every
-step with no barrier in between, so a chunk's data stays in that core's cache:
+Work is cut into chunks of tile rows — and, where the batch's tiles make a single chunk,
+into runs of output channels (``groups``: each thread then streams only its part of U) —
+and each numba thread takes its tasks through every step with no barrier in between, so a
+chunk's data stays in that core's cache:
 
 1. its input rows are copied channel-last and zero padded (16×16 blocks transposed in
    registers): a tile's pixels are then vectors of 16 channels, and Bᵀ d B is vector code
@@ -55,6 +57,8 @@ from pydla.backends.cpu.registry import tactic
 
 # Tiles per chunk: enough rows for efficient GEMMs, few enough for the chunk to stay in L2.
 CHUNK_TILES = 96
+# Up to this many tiles per thread the threads split U's output channels (``groups``).
+SPLIT_TILES = 16
 
 # Filter transforms G (a × 3), applied in float64.
 _G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
@@ -135,18 +139,17 @@ def _input_tiles(band: np.ndarray, v: np.ndarray, plane: int, tmp: np.ndarray, m
 
 @njit(inline="always")
 def _output_tiles(p: np.ndarray, plane: int, band: np.ndarray, tmp: np.ndarray, m: int,
-                  tile_rows: int, tw: int) -> None:
+                  tile_rows: int, tw: int, cb0: int, cb1: int) -> None:
     """band[m·ty + i, m·tx + j, :] = (Aᵀ M A)[i, j] of tile (ty, tx) from the products
-    (matrix s at p[s·plane:], tiles × channels of band)."""
+    (matrix s at p[s·plane:], tiles × channels of band), channel blocks cb0:cb1."""
     a = m + 2
-    blocks = band.shape[2] // LANES
     row = band.shape[1] * band.shape[2] * 4
     plane *= 4
     p0, b0, t0 = p.ctypes.data, band.ctypes.data, tmp.ctypes.data
     for ty in range(tile_rows):
         for tx in range(tw):
             k = ty * tw + tx
-            for cb in range(blocks):
+            for cb in range(cb0, cb1):
                 src = p0 + (k * band.shape[2] + cb * LANES) * 4
                 dst = b0 + ((m * ty * band.shape[1] + m * tx) * band.shape[2] + cb * LANES) * 4
                 # Across each row of the product tile into tmp[i, j], then down each column.
@@ -170,8 +173,10 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
                   nthreads: int, band: np.ndarray, v: np.ndarray, prod: np.ndarray,
                   out: np.ndarray, tmp: np.ndarray, edge: np.ndarray, acc: np.ndarray,
                   code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
-                  vecs: np.ndarray, scratch: np.ndarray) -> None:
-    """x (n, c, h, w), up (S, packed c × M) the transformed filters, y (n·M, oh·ow). Per
+                  vecs: np.ndarray, scratch: np.ndarray, groups: int) -> None:
+    """x (n, c, h, w), up (S, packed c × M) the transformed filters, y (n·M, oh·ow). A
+    task is a chunk of tile rows and one of ``groups`` runs of output channels (whole
+    strips of NR; each thread's tasks share a run, so it streams only that part of U). Per
     thread, channels padded to whole vectors (cv, mv): band (m·rows + 2, m·tw + 2, cv),
     v (S·plane) and prod (S·plane) the product matrices (tiles × cv, tiles × mv), out
     (m·rows, m·tw, mv), tmp (a·a·16), edge (MR·NR) and acc (16, m·rows·ow) staging 16
@@ -181,12 +186,19 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
     cv, mv = band.shape[3], out.shape[3]
     plane_v, plane_p = v.shape[1] // s_count, prod.shape[1] // s_count
     per_image = -(-th // chunk_rows)
-    tasks = n * per_image
+    chunks = n * per_image
+    strips = -(-mo // NR)
+    run = -(-strips // groups)  # strips per group
+    tasks = chunks * groups
     per = -(-tasks // nthreads)
     for t in prange(nthreads):
         for task in range(t * per, min(tasks, (t + 1) * per)):
-            img = task // per_image
-            ty0 = task % per_image * chunk_rows
+            s0 = task // chunks * run
+            s1 = min(strips, s0 + run)
+            if s0 >= s1:
+                continue
+            img = task % chunks // per_image
+            ty0 = task % chunks % per_image * chunk_rows
             rows = min(chunk_rows, th - ty0)
             tiles = rows * tw
             _load_band(x[img], band[t], m * ty0 - top, m * rows + 2, left)
@@ -194,27 +206,31 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
             # Whole panels and strips: the planes have room and U is zero-padded, so no
             # ragged edges to patch up.
             for s in range(s_count):
-                gemm_rows(-(-tiles // MR) * MR, -(-mo // NR) * NR, c,
-                          v[t].ctypes.data + s * plane_v * 4, cv, up[s], prod[t], s * plane_p,
-                          mv, edge[t])
-            _output_tiles(prod[t], plane_p, out[t], tmp[t], m, rows, tw)
+                gemm_rows(-(-tiles // MR) * MR, (s1 - s0) * NR, c,
+                          v[t].ctypes.data + s * plane_v * 4, cv, up[s][s0 * c * NR:], prod[t],
+                          s * plane_p + s0 * NR, mv, edge[t])
+            _output_tiles(prod[t], plane_p, out[t], tmp[t], m, rows, tw, s0 * NR // LANES,
+                          min(mv // LANES, s1 * NR // LANES))
             _write_out(out[t], bias, y, img, m * ty0, min(oh, m * (ty0 + rows)), ow,
-                       acc[t], code, prm, full0, full1, vecs, scratch[t])
+                       s0 * NR, min(mo, s1 * NR), acc[t], code, prm, full0, full1, vecs,
+                       scratch[t])
 
 
 @njit(inline="always", error_model="numpy")
 def _write_out(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, r0: int, r1: int,
-               ow: int, acc: np.ndarray, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
-               full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
-    """Output rows r0:r1 of image img from the channel-last band out (rows, cols, ≥ M), plus
-    bias, in NCHW — through the epilogue (16 channels staged in acc at a time) if any."""
+               ow: int, lo: int, hi: int, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
+               full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+               scratch: np.ndarray) -> None:
+    """Output rows r0:r1, channels lo:hi (lo a multiple of 16) of image img from the
+    channel-last band out (rows, cols, ≥ M), plus bias, in NCHW — through the epilogue (16
+    channels staged in acc at a time) if any."""
     mo = bias.shape[0]
     mv = out.shape[2]
     p = y.shape[1]
     size = (r1 - r0) * ow
     epilogue = code.shape[0] > 0
-    blocks, cols = mo // LANES * LANES, ow // LANES * LANES
-    for cb in range(0, blocks, LANES):
+    blocks, cols = min(hi, mo // LANES * LANES), ow // LANES * LANES
+    for cb in range(lo, blocks, LANES):
         for r in range(r1 - r0):
             for col in range(0, cols, LANES):
                 src = out.ctypes.data + ((r * out.shape[1] + col) * mv + cb) * 4
@@ -233,7 +249,7 @@ def _write_out(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, r0: i
             for j in range(LANES):
                 run_epilogue(acc[j, :size], y, img * mo + cb + j, r0 * ow, code, prm, full0,
                              full1, vecs, scratch)
-    for ch in range(blocks, mo):  # the channels past the last whole block
+    for ch in range(max(lo, blocks), hi):  # the channels past the last whole block
         dst = acc[0, :size] if epilogue else y[img * mo + ch, r0 * ow:r1 * ow]
         b = bias[ch]
         for r in range(r1 - r0):
@@ -281,6 +297,23 @@ def chunk_rows(th: int, tw: int, images: int, nthreads: int) -> int:
     return -(-th // count)
 
 
+def groups(n: int, th: int, tw: int, m_out: int, nthreads: int) -> int:
+    """Runs of output channels to split the threads over (else 1: chunks of tiles).
+
+    With few tiles per thread (batch 1 on small planes), splitting the tiles leaves every
+    thread streaming all of U — S·C·M floats, 9.4 MB for a 512-channel F(2×2) layer — for
+    tiles/threads rows of GEMM each, about tiles / (2·threads) FLOPs a byte: bound by U's
+    bandwidth. Each thread then reads its own part of U instead and transforms the whole
+    input (repeated on each thread). Measured in CRNN at batch 1: 256→512 F(4×4) at 4×32
+    (8 tiles) 1.15 → 0.74 ms, 512→512 F(2×2) at 4×32 (32 tiles) 1.80 → 1.34 ms; but with
+    49–64 tiles the repeated input transform cost more than it saved (ResNet-50's F(2×2)
+    at 14×14 0.51 → 0.56 ms)."""
+    if (nthreads > 1 and n * th * tw <= SPLIT_TILES * nthreads
+            and -(-m_out // NR) >= 2 * nthreads):
+        return nthreads
+    return 1
+
+
 def vectors(channels: int) -> int:
     """Channels rounded up to whole vectors (the padding stays zero, or is never read)."""
     return -(-channels // LANES) * LANES
@@ -301,7 +334,9 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
 
     def make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         th, tw = -(-geo.oh // m), -(-geo.ow // m)
-        rows = chunk_rows(th, tw, geo.n, nthreads)
+        split = groups(geo.n, th, tw, geo.m, nthreads)
+        # Splitting by channels: each image one chunk (the tiles fit one).
+        rows = th if split > 1 else chunk_rows(th, tw, geo.n, nthreads)
         up = np.zeros((s, packed_b_size(geo.c, geo.m)), np.float32)
         cv, mv = vectors(geo.c), -(-geo.m // NR) * NR
         band = np.zeros((nthreads, m * rows + 2, m * tw + 2, cv), np.float32)
@@ -324,7 +359,7 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             call = partial(winograd_conv, x, up, bias_of(inputs, geo, zeros),
                            out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
                            geo.left, geo.oh, geo.ow, th, tw, rows, nthreads, band, v, prod, out,
-                           tmp, edge, acc, code, prm, full0, full1, vecs, scratch)
+                           tmp, edge, acc, code, prm, full0, full1, vecs, scratch, split)
             return filters.before(w, with_registers(call, args, inputs))
 
         return runner(prepare)
