@@ -171,7 +171,8 @@ def test_bottlenecks_run_their_pointwise_layers_blocked(batch: int) -> None:
     reorders around the 3×3 layers cost: every 1×1 layer runs blocked (the strided
     shortcut too), the 3×3 ones planar, and the result still matches onnxruntime."""
     model, feeds = bottleneck_model(batch)
-    data = build(model, BuildOptions(autotune=True))
+    # By priority: timed under a parallel test run, a tiny layer's tactic is noise.
+    data = build(model, BuildOptions(autotune=False))
     prog = read_loadable(data)
     convs = [layer for layer in prog.layers if layer.op == "Conv"]
     for layer in convs:

@@ -21,3 +21,21 @@ def test_reference_needs_a_clear_margin() -> None:
 
 def test_cache_size_is_read() -> None:
     assert tactics._last_level_cache_bytes() >= 1 << 20
+
+
+def test_resident_bytes_count_winograd_filters() -> None:
+    """3×3 filters count as Winograd's transformed ones (4×); others as they are."""
+    import numpy as np
+    from onnx import helper
+
+    from pydla.builder import BuildOptions, build_graph
+    from tests.oracle import make_model
+
+    w3 = np.zeros((8, 4, 3, 3), np.float32)
+    w1 = np.zeros((16, 8, 1, 1), np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w3"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["y"])]
+    model = make_model(nodes, {"x": (np.float32, (1, 4, 8, 8))}, ["y"],
+                       {"w3": w3, "w1": w1})
+    graph = build_graph(model, BuildOptions(autotune=False))
+    assert tactics.resident_bytes(graph) == tactics.DERIVED_3X3 * w3.nbytes + w1.nbytes
