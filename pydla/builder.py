@@ -48,8 +48,9 @@ class BuildOptions:
     # Time every candidate kernel per layer (else pick by priority); --timingCacheFile.
     autotune: bool = True
     timing_cache: str | None = None
-    # Keep depthwise regions' activations in blocks of 16 channels (pydla.plan.layouts);
-    # off: every tensor planar (for comparisons).
+    # Keep the activations of regions with blocked kernels (depthwise layers, chains of 1×1
+    # layers that gain more than their reorders cost) in blocks of 16 channels
+    # (pydla.plan.layouts); off: every tensor planar (for comparisons).
     blocked_layouts: bool = True
     progress: Callable[[int, int], Any] | None = None
     # --target: the backend the loadable is tuned for, "cpu" or "cuda"; a cuda loadable

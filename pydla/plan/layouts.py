@@ -248,8 +248,8 @@ def _drop_islands(graph: Graph, chosen: dict[int, str],
 
 
 def assign_layouts(graph: Graph, ctx: PassContext) -> int:
-    """Put the depthwise regions of ``graph`` in the blocked layout; returns how many
-    layers run blocked (reorders not counted)."""
+    """Put the regions of ``graph`` worth blocking (``_regions``) in the blocked layout;
+    returns how many layers run blocked (reorders not counted)."""
     users = graph.consumers()
     chosen = _regions(graph, users)
     if not chosen:
