@@ -241,29 +241,21 @@ def vector_rows(op: str) -> Callable[..., None]:
             s, d, v, n = args
             ptr = _VEC.as_pointer()
             value = builder.load(builder.inttoptr(v, ptr), align=4)
-            entry = builder.block
-            fn = builder.function
-            loop = fn.append_basic_block("rows.loop")
-            done = fn.append_basic_block("rows.done")
-            builder.cbranch(builder.icmp_signed(">", n, ir.Constant(_I64, 0)), loop, done)
-            builder.position_at_end(loop)
-            j = builder.phi(_I64)
-            j.add_incoming(ir.Constant(_I64, 0), entry)
-            off = builder.mul(j, ir.Constant(_I64, 4 * LANES))
-            x = builder.load(builder.inttoptr(builder.add(s, off), ptr), align=4)
-            if op == "mul":
-                y = builder.fmul(x, value)
-            elif op == "add":
-                y = builder.fadd(x, value)
-            elif op == "sub":
-                y = builder.fsub(x, value)
-            else:
-                y = builder.fsub(value, x)
-            builder.store(y, builder.inttoptr(builder.add(d, off), ptr), align=4)
-            nxt = builder.add(j, ir.Constant(_I64, 1))
-            j.add_incoming(nxt, loop)
-            builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
-            builder.position_at_end(done)
+
+            def row(j: ir.Value) -> None:
+                off = builder.mul(j, ir.Constant(_I64, 4 * LANES))
+                x = builder.load(builder.inttoptr(builder.add(s, off), ptr), align=4)
+                if op == "mul":
+                    y = builder.fmul(x, value)
+                elif op == "add":
+                    y = builder.fadd(x, value)
+                elif op == "sub":
+                    y = builder.fsub(x, value)
+                else:
+                    y = builder.fsub(value, x)
+                builder.store(y, builder.inttoptr(builder.add(d, off), ptr), align=4)
+
+            _counted_loop(builder, n, row, "rows")
             return context.get_dummy_value()
 
         return sig, codegen
@@ -336,27 +328,35 @@ def _lane_mask(builder: ir.IRBuilder, count: ir.Value) -> ir.Value:
     return builder.icmp_signed("<", ir.Constant(vec32, list(range(LANES))), v)
 
 
+def _counted_loop(builder: ir.IRBuilder, count: ir.Value, body: Callable[[ir.Value], None],
+                  name: str) -> None:
+    """Emit ``body(j)`` for 0 ≤ j < count (an i64; nothing when it is not positive); the
+    body may open blocks of its own."""
+    entry = builder.block
+    fn = builder.function
+    loop = fn.append_basic_block(f"{name}.loop")
+    done = fn.append_basic_block(f"{name}.done")
+    builder.cbranch(builder.icmp_signed(">", count, ir.Constant(_I64, 0)), loop, done)
+    builder.position_at_end(loop)
+    j = builder.phi(_I64)
+    j.add_incoming(ir.Constant(_I64, 0), entry)
+    body(j)
+    nxt = builder.add(j, ir.Constant(_I64, 1))
+    j.add_incoming(nxt, builder.block)
+    builder.cbranch(builder.icmp_signed("<", nxt, count), loop, done)
+    builder.position_at_end(done)
+
+
 def _steps_then_tail(builder: ir.IRBuilder, n: ir.Value, per_step: int,
                      step: Callable[[ir.Value, ir.Value | None], None]) -> None:
     """Emit ``step(j, None)`` for each whole step j < n // per_step (per_step a power of
     two, in floats), then ``step(n // per_step, rest)`` if rest = n % per_step is not 0."""
     shift = ir.Constant(_I64, per_step.bit_length() - 1)
     full = builder.ashr(n, shift)
-    entry = builder.block
+    _counted_loop(builder, full, lambda j: step(j, None), "steps")
     fn = builder.function
-    loop = fn.append_basic_block("steps.loop")
-    tail = fn.append_basic_block("steps.tail")
     last = fn.append_basic_block("steps.rest")
-    done = fn.append_basic_block("steps.done")
-    builder.cbranch(builder.icmp_signed(">", full, ir.Constant(_I64, 0)), loop, tail)
-    builder.position_at_end(loop)
-    j = builder.phi(_I64)
-    j.add_incoming(ir.Constant(_I64, 0), entry)
-    step(j, None)
-    nxt = builder.add(j, ir.Constant(_I64, 1))
-    j.add_incoming(nxt, builder.block)
-    builder.cbranch(builder.icmp_signed("<", nxt, full), loop, tail)
-    builder.position_at_end(tail)
+    done = fn.append_basic_block("steps.tail_done")
     rest = builder.sub(n, builder.shl(full, shift))
     builder.cbranch(builder.icmp_signed(">", rest, ir.Constant(_I64, 0)), last, done)
     builder.position_at_end(last)
