@@ -16,6 +16,8 @@ from onnx import helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.backend import bind_layer
+from pydla.backends.cpu.kernels.conv_fast import depthwise_nchw16c
+from pydla.backends.cpu.kernels.conv_fast.geometry import conv2d
 from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
 from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
 from pydla.builder import BuildOptions, build, build_graph
@@ -276,6 +278,56 @@ def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | 
         assert np.isfinite(got).all(), tactic  # padded lanes are written, finite
         np.testing.assert_allclose(to_planar(got, m), want, rtol=1e-4,
                                    atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+# Blocked depthwise geometry (the kernel reads its input in place and leaves out the taps
+# that fall in the padding): (n, c, h, w, kernel, strides, pads t/l/b/r, dilations).
+DEPTHWISE = [
+    (1, 16, 112, 112, 3, (2, 2), (1, 1, 1, 1), (1, 1)),   # MobileNetV3's first one
+    (2, 40, 13, 17, 5, (1, 2), (2, 1, 3, 2), (1, 1)),     # asymmetric pads and strides
+    (1, 24, 11, 10, 3, (1, 1), (2, 2, 2, 2), (2, 2)),     # dilated
+    (1, 16, 2, 3, 5, (1, 1), (2, 2, 2, 2), (1, 1)),       # image narrower than the kernel
+    (1, 20, 4, 4, 3, (1, 1), (3, 3, 3, 3), (1, 1)),       # pads past the kernel: bias only
+    (1, 16, 9, 9, 3, (3, 3), (0, 0, 0, 0), (1, 1)),       # no padding
+    (1, 33, 1, 20, 3, (1, 1), (1, 2, 1, 0), (1, 3)),      # one row, dilated columns
+    # 5×5 at stride 1 on narrow planes: computed from a staged band, eight pixels a call
+    (1, 40, 7, 7, 5, (1, 1), (2, 2, 2, 2), (1, 1)),
+    (2, 24, 3, 3, 5, (1, 1), (2, 2, 2, 2), (1, 1)),       # 9 pixels: 8, then 8 overlapping
+    (1, 16, 2, 2, 5, (1, 1), (2, 2, 2, 2), (1, 1)),       # 4 pixels
+    (1, 16, 1, 3, 5, (1, 1), (2, 2, 2, 2), (1, 1)),       # 3 pixels, one at a time
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE)
+@pytest.mark.parametrize("epilogue", [None, "relu", "hardswish"])
+def test_blocked_depthwise_geometry(case: tuple[Any, ...], epilogue: str | None) -> None:
+    n, c, h, w, k, strides, pads, dilations = case
+    x, wt, b = _rand(n, c, h, w), _rand(c, 1, k, k), _rand(c)
+    (sh, sw), (dh, dw), (t, left, bottom, r) = strides, dilations, pads
+    oh = (h + t + bottom - (k - 1) * dh - 1) // sh + 1
+    ow = (w + left + r - (k - 1) * dw - 1) // sw + 1
+    attrs: dict[str, Any] = {"strides": list(strides), "pads": list(pads),
+                             "dilations": list(dilations), "group": c}
+    plain = LayerSpec("p", "Conv", attrs, (_spec(x.shape), _spec(wt.shape), _spec(b.shape)),
+                      (_spec((n, c, oh, ow)),), REFERENCE)
+    want = _run(plain, [x, wt, b])
+    yshape = (n, -(-c // 16), oh, ow, 16)
+    battrs = {**attrs, "layouts": ["nchw16c", "nchw16c"]}
+    if epilogue is not None:
+        op = {"relu": "Relu", "hardswish": "HardSwish"}[epilogue]
+        battrs["epilogue"] = {"inputs": 0, "program": [
+            {"op": op, "in": [0], "attrs": {}, "shape": list(yshape), "dtype": "float32"}]}
+        want = (np.maximum(want, 0) if epilogue == "relu"
+                else want * np.clip(want / 6 + 0.5, 0, 1))
+    xin = to_blocked(x)
+    spec = LayerSpec("b", "Conv", battrs, (_spec(xin.shape), _spec(wt.shape), _spec(b.shape)),
+                     (_spec(yshape),), "depthwise_nchw16c")
+    geo = conv2d(spec, blocked=True)
+    assert geo is not None and depthwise_nchw16c.staged(geo) == (k == 5 and strides == (1, 1))
+    got = _run(spec, [xin, wt, b])
+    assert np.isfinite(got).all()  # padded lanes are written, finite
+    np.testing.assert_allclose(to_planar(got, c), want, rtol=1e-4,
+                               atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
 def test_blocked_layers_refuse_misfitting_shapes() -> None:

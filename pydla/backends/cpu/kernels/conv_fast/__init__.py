@@ -8,7 +8,7 @@ stems), ``winograd4`` / ``winograd2`` (3×3 stride 1), ``im2col`` (any 2-D convo
 as an implicit GEMM), ``taps_c16`` (any one-group convolution as a GEMM over kernel taps
 on staged blocks of 16 channels) and ``transpose`` (ConvTranspose with kernel = stride, tactic
 ``gemm_scatter``). In the channel-blocked layout (pydla.plan.layouts): ``gemm_c16``
-(1×1, tactic ``gemm_nchw16c``), ``depthwise_c16`` (``depthwise_nchw16c``) and
+(1×1, tactic ``gemm_nchw16c``), ``depthwise_nchw16c`` (input read in place) and
 ``direct_c16`` (``direct_nchw16c``: a stem from a planar image into blocks).
 Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
 ``epilogue`` (compiled pointwise programs), ``gemm`` (packed AVX-512-class GEMM),
@@ -19,6 +19,7 @@ Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
 from pydla.backends.cpu.kernels.conv_fast import (  # noqa: F401
     depthwise,
     depthwise_c16,
+    depthwise_nchw16c,
     direct_c16,
     gemm1x1,
     gemm_c16,

@@ -7,10 +7,7 @@ channels are staged, band by band of output rows, into a zero-bordered (rows, co
 block — channels innermost, as in onnxruntime's NCHWc — so every tap of every output
 pixel is one 16-lane multiply-add whatever the stride, dilation or plane size. The
 band is written back to NCHW rows, through the layer's epilogue while it is in cache.
-
-In a channel-blocked network (pydla.plan.layouts) input and output are already in blocks
-of 16 channels (n, ⌈c/16⌉, h, w, 16): a band is staged by copying whole rows of vectors
-and leaves as one run of the output, with no transposes.
+(In the channel-blocked layout depthwise_nchw16c reads its input in place instead.)
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     Thunk,
     bias_of,
     bind_conv,
-    blocked_epilogue_ok,
     out_rows,
     runner,
     with_bias_copy,
@@ -35,15 +31,12 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
 )
 from pydla.backends.cpu.kernels.conv_fast.depthwise import applies
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
-    ACC,
-    CLIP,
-    RELU,
     Epilogue,
     EpilogueArgs,
     native_epilogue,
     run_epilogue,
 )
-from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum, transpose16
 from pydla.backends.cpu.registry import tactic
 
@@ -54,8 +47,6 @@ _STAGE_BYTES = 96 * 1024  # a band's staged input; with its output it stays in L
 # Eight pixels a call: eight independent accumulators hide the FMA latency along the
 # taps (four left the FMA units half idle).
 _sum8, _sum4, _sum1 = tap_sum(8), tap_sum(4), tap_sum(1)
-_clamped8, _clamped4, _clamped1 = (tap_sum(8, clamp=True), tap_sum(4, clamp=True),
-                                   tap_sum(1, clamp=True))
 
 
 @njit(inline="always", error_model="numpy")
@@ -102,26 +93,6 @@ def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left:
 
 
 @njit(inline="always", error_model="numpy")
-def _stage_blocked(x: np.ndarray, img: int, blk: int, iy0: int, rows: int, left: int,
-                   st: np.ndarray) -> None:
-    """``_stage`` from a blocked input x (n, blocks, h, w, 16): rows of vectors copied."""
-    h, w = x.shape[2], x.shape[3]
-    cols = st.shape[1]
-    width = min(w, cols - left)
-    sf, plane = st.reshape(-1), x[img, blk].reshape(-1)
-    line = cols * L
-    for r in range(rows):
-        iy = iy0 + r
-        row = sf[r * line:(r + 1) * line]
-        if iy < 0 or iy >= h:
-            row[:] = 0
-            continue
-        row[:left * L] = 0
-        row[(left + width) * L:] = 0
-        row[left * L:(left + width) * L] = plane[iy * w * L:(iy * w + width) * L]
-
-
-@njit(inline="always", error_model="numpy")
 def _taps(st: np.ndarray, wb: np.ndarray, bb: np.ndarray, offs: np.ndarray, ob: np.ndarray,
           rows: int, ow: int, sh: int, sw: int) -> None:
     """ob[r·ow + q, :] = bb + Σ_t wb[t, :] · st[r·sh, q·sw, :] shifted by tap t's offset."""
@@ -140,30 +111,6 @@ def _taps(st: np.ndarray, wb: np.ndarray, bb: np.ndarray, offs: np.ndarray, ob: 
             q += 4
         while q < ow:
             _sum1(src + q * step, step, o0, w0, t, b0, dst + q * L * 4, 0)
-            q += 1
-
-
-@njit(inline="always", error_model="numpy")
-def _taps_clamped(st: np.ndarray, wb: np.ndarray, bb: np.ndarray, offs: np.ndarray,
-                  dst: int, rows: int, ow: int, sh: int, sw: int, lo: np.float32,
-                  hi: np.float32) -> None:
-    """``_taps`` with the result bounded to [lo, hi] (a fused Relu/Clip, or ±inf: none)
-    and stored from address dst: a blocked output's run, written in place."""
-    row_bytes = st.shape[1] * L * 4
-    step = sw * L * 4
-    w0, b0, o0, t = wb.ctypes.data, bb.ctypes.data, offs.ctypes.data, offs.shape[0]
-    for r in range(rows):
-        src = st.ctypes.data + r * sh * row_bytes
-        out = dst + r * ow * L * 4
-        q = 0
-        while q + 8 <= ow:
-            _clamped8(src + q * step, step, o0, w0, t, b0, out + q * L * 4, 0, lo, hi)
-            q += 8
-        while q + 4 <= ow:
-            _clamped4(src + q * step, step, o0, w0, t, b0, out + q * L * 4, 0, lo, hi)
-            q += 4
-        while q < ow:
-            _clamped1(src + q * step, step, o0, w0, t, b0, out + q * L * 4, 0, lo, hi)
             q += 1
 
 
@@ -225,14 +172,11 @@ def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarra
                   oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
                   flat: np.ndarray, obuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
                   prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
-                  scratch: np.ndarray, local: bool, blocked: bool,
-                  bounds: np.ndarray) -> None:
+                  scratch: np.ndarray, local: bool) -> None:
     """x (n, c, h, w); wp (blocks, taps, 16) and bp (blocks, 16) packed; offs the taps'
     byte offsets in a staged band; y (n·c, oh·ow). Per thread: stage (rows, cols, 16),
     flat (rows·w, 16), obuf (band·ow, 16), acc (band·ow·16). ``local``: the
-    epilogue reads no extra inputs. ``blocked``: x is (n, blocks, h, w, 16) and y
-    (n·blocks, oh·ow·16); then if bounds[2] is nonzero the epilogue is at most a clamp to
-    [bounds[0], bounds[1]], fused into the taps."""
+    epilogue reads no extra inputs."""
     n, c = x.shape[0], x.shape[1]
     blocks = wp.shape[0]
     bands = -(-oh // band)
@@ -248,23 +192,10 @@ def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarra
             c0 = blk * L
             nl = min(L, c - c0)
             span = (rows - 1) * sh + (kh - 1) * dh + 1
-            if blocked:
-                _stage_blocked(x, img, blk, r0 * sh - top, span, left, st)
-            else:
-                _stage(x, img, c0, nl, r0 * sh - top, span, left, st, flat[t])
-            p = rows * ow
-            if blocked and bounds[2]:  # straight into the output's run, Relu/Clip fused
-                _taps_clamped(st, wp[blk], bp[blk], offs,
-                              y[img * blocks + blk].ctypes.data + r0 * ow * L * 4, rows, ow,
-                              sh, sw, bounds[0], bounds[1])
-                continue
+            _stage(x, img, c0, nl, r0 * sh - top, span, left, st, flat[t])
             _taps(st, wp[blk], bp[blk], offs, ob, rows, ow, sh, sw)
-            if blocked:
-                emit_blocked(ob, p, y, img * blocks + blk, r0 * ow * L, code, prm, full0,
-                             full1, vecs, scratch[t])
-            else:
-                emit(ob, nl, p, y, img * c + c0, r0 * ow, a, local, code, prm, full0, full1,
-                     vecs, scratch[t])
+            emit(ob, nl, rows * ow, y, img * c + c0, r0 * ow, a, local, code, prm, full0,
+                 full1, vecs, scratch[t])
 
 
 def _band(geo: Conv2d, cols: int, nthreads: int) -> int:
@@ -284,8 +215,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     rows_in = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
     blocks = -(-geo.m // L)
     stage = np.zeros((nthreads, rows_in, cols, L), np.float32)
-    # _stage's transposing scratch; a blocked input is staged by plain row copies.
-    flat = np.zeros((nthreads, 1 if geo.x_blocked else rows_in * geo.w, L), np.float32)
+    flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)  # _stage's transposes
     obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
     acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
     offs = np.array([(i * geo.dh * cols + j * geo.dw) * L * 4
@@ -293,13 +223,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     wp = np.zeros((blocks, geo.kh * geo.kw, L), np.float32)
     bp = np.zeros((blocks, L), np.float32)
     local = not epi.full and not epi.vec
-    blocked = geo.y_blocked
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
-                        band * geo.ow * (L if local or blocked else 1))
-    clamp = clamp_bounds(epi) if blocked else None
-    bounds = np.array([*(clamp or (0.0, 0.0)), 1.0 if clamp else 0.0], np.float32)
-    y_rows = geo.n * blocks if blocked else geo.n * geo.m
-    y_cols = geo.pixels * L if blocked else geo.pixels
+                        band * geo.ow * (L if local else 1))
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
@@ -315,40 +240,17 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(depthwise_c16, x, wp, bp, offs, out_rows(outputs[0], y_rows, y_cols),
-                       geo.kh, geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
-                       nthreads, stage, flat, obuf, acc, code, prm, full0, full1, vecs,
-                       scratch, local, blocked, bounds)
+        y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
+        call = partial(depthwise_c16, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw, geo.dh,
+                       geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat, obuf,
+                       acc, code, prm, full0, full1, vecs, scratch, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 
     return runner(prepare)
 
 
-def clamp_bounds(epi: Epilogue) -> tuple[float, float] | None:
-    """(lo, hi) when the epilogue is nothing, a Relu or a Clip of the convolution."""
-    if epi.steps == 0:
-        return -np.inf, np.inf
-    if epi.steps == 1 and epi.code[0, 1] == ACC and epi.code[0, 0] in (RELU, CLIP):
-        if epi.code[0, 0] == RELU:
-            return 0.0, np.inf
-        return float(epi.prm[0, 0]), float(epi.prm[0, 1])
-    return None
-
-
-def applies_blocked(spec: LayerSpec) -> bool:
-    """A depthwise layer with input and output in the blocked layout."""
-    g = conv2d(spec, blocked=True)
-    return (g is not None and g.x_blocked and g.y_blocked and g.group == g.c == g.m
-            and blocked_epilogue_ok(spec))
-
-
 @tactic("Conv", "depthwise_c16", applies=applies, native_epilogue=native_epilogue, priority=31)
 def bind_depthwise_c16(spec: LayerSpec) -> RunFn:
     return bind_conv(spec, _make)
 
-
-@tactic("Conv", "depthwise_nchw16c", applies=applies_blocked,
-        native_epilogue=native_epilogue, priority=31)
-def bind_depthwise_nchw16c(spec: LayerSpec) -> RunFn:
-    return bind_conv(spec, _make, blocked=True)
