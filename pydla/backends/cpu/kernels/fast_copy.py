@@ -10,7 +10,6 @@ that the threads share; small ones stay on the calling thread.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -20,7 +19,7 @@ from numba import njit, prange
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -54,7 +53,7 @@ def _copy(dst: np.ndarray, d0: int, dstride: int, src: np.ndarray, s0: int, sstr
           count: int, length: int) -> Thunk:
     parallel = count * length * dst.itemsize >= PARALLEL_MIN and threads.configure() > 1
     kernel = blocks_par if parallel else blocks_seq
-    return functools.partial(kernel, dst, d0, dstride, src, s0, sstride, count, length)
+    return kernel_call(kernel, dst, d0, dstride, src, s0, sstride, count, length)
 
 
 def _chain(steps: list[Thunk]) -> Thunk:

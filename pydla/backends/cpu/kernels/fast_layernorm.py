@@ -8,7 +8,6 @@ written per row. Rows are spread over the engine's threads.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -19,7 +18,7 @@ from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, float32_compute
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -96,7 +95,7 @@ def bind_rows(spec: LayerSpec) -> RunFn:
         assert src is not None and scale is not None
         bias = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros(d, np.float32)
         stats = np.empty((rows, 2), np.float32)
-        run = functools.partial(kernel, np.ascontiguousarray(src).reshape(-1),
+        run = kernel_call(kernel, np.ascontiguousarray(src).reshape(-1),
                                 outs[0].reshape(-1), np.ascontiguousarray(scale).reshape(-1),
                                 np.ascontiguousarray(bias).reshape(-1), stats, d, eps)
         if n_out == 1:

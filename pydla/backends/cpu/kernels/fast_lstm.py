@@ -13,7 +13,6 @@ activations, no peepholes, clip or sequence lengths, sequence-first layout.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -32,7 +31,7 @@ from pydla.backends.cpu.kernels.fast_math import (
     tanh32,
 )
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -169,7 +168,7 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                     and (b is None or not b.flags.writeable))
         if constant:
             prepare()
-        run = functools.partial(lstm, xp, wp, edge, rt.reshape(-1), bsum,
+        run = kernel_call(lstm, xp, wp, edge, rt.reshape(-1), bsum,
                                 np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
                                 rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
                                 yh.reshape(-1), yc.reshape(-1), geo, nthreads)

@@ -15,7 +15,6 @@ that computed it, while the block is in cache (``driver_source``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +36,7 @@ from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_epilogue
 from pydla.backends.cpu.kernels.fast_pointwise_ops import FLOAT_OPS
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 from pydla.dtypes import DType
 
 Thunk = Callable[[], None]
@@ -373,14 +372,14 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
             b = bp
         flat = y.reshape(-1)
         if compiled is None:
-            return functools.partial(gemm, a, b, flat, alpha, geo)
+            return kernel_call(gemm, a, b, flat, alpha, geo)
         regs = [y, *(beta if i == BETA else ins[i] for i in sources)]
         operands = compiled.operands(regs)
         if operands is not None:  # the epilogue runs inside the product's parallel region
             module = compiled.module
             fused = module.product_par if parallel else module.product_seq
-            return functools.partial(fused, a, b, flat, alpha, geo, *operands[1:])
-        product_run = functools.partial(gemm, a, b, flat, alpha, geo)
+            return kernel_call(fused, a, b, flat, alpha, geo, *operands[1:])
+        product_run = kernel_call(gemm, a, b, flat, alpha, geo)
         epilogue = compiled.prebind(regs, [y])
 
         def run() -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from pydla.backends.cpu.kernels.conv_fast.simd import LANES as L
 from pydla.backends.cpu.kernels.conv_fast.simd import vector_rows, vector_sum
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_program
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 from pydla.dtypes import DType
 
 _OPS = {"Mul": 0, "Add": 1, "Sub": 2}
@@ -144,7 +143,7 @@ def bind_reduce(spec: LayerSpec) -> RunFn:
         src = ins[0]
         assert src is not None
         kernel = _reduce_par if threads.parallel_pays(math.prod(shape3)) else _reduce_seq
-        return partial(kernel, np.ascontiguousarray(src).reshape(shape3),
+        return kernel_call(kernel, np.ascontiguousarray(src).reshape(shape3),
                        outs[0].reshape(shape3[0], shape3[2]), scale, nthreads)
 
     return PreboundKernel(prebind)
@@ -228,7 +227,7 @@ def bind_broadcast(spec: LayerSpec) -> RunFn:
         operand = gated if gate is not None else np.ascontiguousarray(small)
         kernel = (_broadcast_par if threads.parallel_pays(math.prod(geo.shape3))
                   else _broadcast_seq)
-        scale = partial(kernel, np.ascontiguousarray(full).reshape(geo.shape3),
+        scale = kernel_call(kernel, np.ascontiguousarray(full).reshape(geo.shape3),
                         operand.reshape(outer, inner), outs[0].reshape(geo.shape3), geo.op,
                         geo.s_first, nthreads)
         if gate_step is None:

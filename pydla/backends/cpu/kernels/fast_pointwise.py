@@ -36,7 +36,7 @@ from pydla.backends.cpu.kernels.fast_pointwise_codegen import (
     register_type,
 )
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 from pydla.ops import POINTWISE
 
 Thunk = Callable[[], None]
@@ -142,15 +142,15 @@ class CompiledProgram(PreboundKernel):
                 arrays[0].ctypes.data == out.ctypes.data:
             module = self.module
             inplace = module.run_par_inplace if self.parallel else module.run_seq_inplace
-            return functools.partial(inplace, *(_flat(a) for a in arrays), self.geo)
+            return kernel_call(inplace, *(_flat(a) for a in arrays), self.geo)
         if fast:
-            return functools.partial(self.fn, _flat(out), *(_flat(a) for a in arrays),
+            return kernel_call(self.fn, _flat(out), *(_flat(a) for a in arrays),
                                      self.geo)
         # float16 or strided operands: float32 contiguous staging copies at the edges.
         staged = [np.empty(a.shape, np.float32 if w else a.dtype) for a, w in
                   zip(arrays, widen)]
         target = np.empty(out.shape, np.float32 if narrow else out.dtype)
-        run = functools.partial(self.fn, _flat(target), *(_flat(s) for s in staged),
+        run = kernel_call(self.fn, _flat(target), *(_flat(s) for s in staged),
                                 self.geo)
 
         def staged_run() -> None:

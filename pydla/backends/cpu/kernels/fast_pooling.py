@@ -14,7 +14,6 @@ evenly over the engine's threads.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -26,7 +25,7 @@ from pydla.backends.cpu.kernels.conv_fast.simd import deinterleave2, vector_redu
 from pydla.backends.cpu.kernels.fast_math import FASTMATH, FASTMATH_REDUCE, float32_compute
 from pydla.backends.cpu.kernels.pooling import _Windows
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -269,7 +268,7 @@ def bind_window_pool(spec: LayerSpec) -> RunFn:
     kernel = pool_par if parallel else pool_seq
     if planes * oh * ow == 0:
         return _prebound(lambda x, y: _nothing)
-    return _prebound(lambda x, y: functools.partial(kernel, x, y, scratch, tables, count,
+    return _prebound(lambda x, y: kernel_call(kernel, x, y, scratch, tables, count,
                                                     geo, offs))
 
 
@@ -283,7 +282,7 @@ def bind_global_pool(spec: LayerSpec) -> RunFn:
     if planes * size == 0:
         return _prebound(lambda x, y: _nothing)
     is_max = spec.op == "GlobalMaxPool"
-    return _prebound(lambda x, y: functools.partial(kernel, x, y, size, is_max))
+    return _prebound(lambda x, y: kernel_call(kernel, x, y, size, is_max))
 
 
 def _applies_global(spec: LayerSpec) -> bool:

@@ -9,7 +9,6 @@ as the previous one is a copy of it.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -21,7 +20,7 @@ from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels.fast_math import FASTMATH, float32_compute
 from pydla.backends.cpu.kernels.resize import _axis_plan
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -126,7 +125,7 @@ def bind_gather(spec: LayerSpec) -> RunFn:
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
         src = ins[0]
         assert src is not None
-        return functools.partial(kernel, np.ascontiguousarray(src).reshape(-1),
+        return kernel_call(kernel, np.ascontiguousarray(src).reshape(-1),
                                  outs[0].reshape(-1), h, w, oh, ow, rows, cols, wr, wc, linear)
 
     return PreboundKernel(prebind)

@@ -9,7 +9,6 @@ the rows so that every pass stays vectorised. exp is fast_math's vectorisable ex
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -20,7 +19,7 @@ from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, exp32, float32_compute
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -153,12 +152,12 @@ def bind_rows(spec: LayerSpec) -> RunFn:
         kernel = rows_par if parallel else rows_seq
 
         def make(xf: np.ndarray, yf: np.ndarray) -> Thunk:
-            return functools.partial(kernel, xf, yf, n, log)
+            return kernel_call(kernel, xf, yf, n, log)
     else:
         slabs = slabs_par if parallel else slabs_seq
 
         def make(xf: np.ndarray, yf: np.ndarray) -> Thunk:
-            return functools.partial(slabs, xf, yf, n, inner, log)
+            return kernel_call(slabs, xf, yf, n, inner, log)
 
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
         src = ins[0]

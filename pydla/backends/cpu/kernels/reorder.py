@@ -22,7 +22,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK as L
 from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCKED, PLANAR
 from pydla.backends.cpu.kernels.conv_fast.simd import transpose16
 from pydla.backends.cpu.registry import kernel
-from pydla.backends.cpu.steps import PreboundKernel
+from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 from pydla.errors import KernelError
 
 Thunk = Callable[[], object]
@@ -124,9 +124,9 @@ def bind_reorder(spec: LayerSpec) -> RunFn:
         if not fast or not x.flags.c_contiguous or not y.flags.c_contiguous:
             return partial(_numpy_reorder, x, y, to, c)
         if to == BLOCKED:
-            return partial(reorder, x.reshape(flat_planar), y.reshape(flat_blocked), True,
+            return kernel_call(reorder, x.reshape(flat_planar), y.reshape(flat_blocked), True,
                            nthreads)
-        return partial(reorder, y.reshape(flat_planar), x.reshape(flat_blocked), False,
+        return kernel_call(reorder, y.reshape(flat_planar), x.reshape(flat_blocked), False,
                        nthreads)
 
     return PreboundKernel(prebind)

@@ -13,7 +13,6 @@ and epilogue.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -36,6 +35,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 
 @njit(inline="always")
@@ -219,7 +219,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(depthwise, x, w.reshape(geo.m, geo.kh, geo.kw),
+        call = kernel_call(depthwise, x, w.reshape(geo.m, geo.kh, geo.kw),
                        bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
                        geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,
                        nthreads, planes, used, grid, acc, code, prm, full0, full1, vecs,

@@ -13,7 +13,6 @@ band is written back to NCHW rows, through the layer's epilogue while it is in c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -39,6 +38,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum, transpose16
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 L = 16  # channels per block: one AVX-512 vector of float32
 _STAGE_BYTES = 96 * 1024  # a band's staged input; with its output it stays in L2
@@ -241,7 +241,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
-        call = partial(depthwise_c16, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw, geo.dh,
+        call = kernel_call(depthwise_c16, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw, geo.dh,
                        geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat, obuf,
                        acc, code, prm, full0, full1, vecs, scratch, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))

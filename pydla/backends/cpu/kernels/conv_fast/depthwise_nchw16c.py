@@ -26,7 +26,6 @@ epilogue runs on a band of output rows in a per-thread buffer, while it is in ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -55,6 +54,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum, tap_sum_one
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 _OUT_BYTES = 32 * 1024  # a band of one block's output rows, for a non-fused epilogue
 _VEC = L * 4  # bytes of one pixel's 16 channels
@@ -304,7 +304,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(depthwise_nchw16c, x, wt, bp, cols.offs, cols.widths, cols.cls, lim,
+        call = kernel_call(depthwise_nchw16c, x, wt, bp, cols.offs, cols.widths, cols.cls, lim,
                        out_rows(outputs[0], geo.n * blocks, geo.pixels * L), geo.sh, geo.sw,
                        geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb, band, nthreads,
                        obuf, code, prm, full0, full1, vecs, scratch, bounds, geo.kh, geo.dh,

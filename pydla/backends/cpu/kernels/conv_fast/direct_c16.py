@@ -15,7 +15,6 @@ of a channel-blocked network (pydla.plan.layouts), stored as they are.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -41,6 +40,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thin layers
 MAX_PIXELS = 4  # or output planes this small, whatever K
@@ -195,7 +195,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
+        call = kernel_call(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
                        geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
                        nthreads, stage, obuf, acc, code, prm, full0, full1, vecs, scratch,
                        local, geo.m, blocked)

@@ -13,7 +13,6 @@ epilogue to each finished row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -45,6 +44,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 PACKED_B_FLOATS = 1 << 18  # one thread's packed block of X (1 MiB)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of Y (256 KiB), when staged
@@ -197,7 +197,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
+        call = kernel_call(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
                        out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
                        nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
         return weights.before(w, with_registers(call, args, inputs))

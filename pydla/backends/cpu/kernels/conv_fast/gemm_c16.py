@@ -21,7 +21,6 @@ is copied into a zero-padded panel first, so that no read passes the end of a bl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -52,6 +51,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 PIXELS = 144  # pixels per task: its rows of X (144 × KC floats) stay in L2 across strips
 
@@ -266,7 +266,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
+        call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
                        out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
                        rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr, xs,
                        geo.h, geo.w, geo.sh, geo.sw, geo.ow)

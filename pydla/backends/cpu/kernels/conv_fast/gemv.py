@@ -13,7 +13,6 @@ squeeze-excitation gate written into blocks of 16 channels (pydla.plan.layouts).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -41,6 +40,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_matmul import GEMV_PARALLEL_MIN
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 MAX_PIXELS = 4
 
@@ -152,7 +152,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, acc,
+        call = kernel_call(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, acc,
                        out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
                        code, prm, full0, full1, vecs, scratch)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)

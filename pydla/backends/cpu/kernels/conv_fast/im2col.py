@@ -13,7 +13,6 @@ when an image has too few of them to keep every thread busy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -44,6 +43,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 COLUMN_BYTES = 1 << 19  # the columns one chunk of strips reads (kept within L2)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of the product (256 KiB)
@@ -190,9 +190,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        split_call = partial(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
+        split_call = kernel_call(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
                              wq, nthreads)
-        gemm_call = partial(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),
+        gemm_call = kernel_call(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),
                             out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
                             geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
                             prm, full0, full1, vecs, scratch)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -45,6 +44,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 PIXELS = 192  # output pixels per band (a K slice of their windows stays in L2)
 STAGE_BYTES = 768 * 1024  # a band's staged input (all channel blocks), kept in L2
@@ -224,7 +224,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = partial(taps_c16, x, bp, bias, out_rows(outputs[0], geo.n * geo.m, geo.pixels),
+        call = kernel_call(taps_c16, x, bp, bias, out_rows(outputs[0], geo.n * geo.m, geo.pixels),
                        geo.m, geo.oh, geo.ow, geo.sh, geo.sw, geo.top, geo.left,
                        (geo.kh - 1) * geo.dh + 1, band, rstride, groups, nthreads, taps, stage,
                        flat,

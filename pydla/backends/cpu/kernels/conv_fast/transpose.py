@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -37,6 +36,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_packed, pack_
 from pydla.backends.cpu.kernels.conv_fast.gemm1x1 import pack_weights
 from pydla.backends.cpu.kernels.conv_fast.geometry import FLOAT_TYPES, own_inputs
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 from pydla.errors import KernelError
 
 
@@ -158,7 +158,7 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
         assert x is not None and w is not None
         b = inputs[2] if geo.has_bias else None
         full0, full1 = args.fulls(inputs)
-        call = partial(upsample_gemm, x, ap, zeros if b is None else b.reshape(-1),
+        call = kernel_call(upsample_gemm, x, ap, zeros if b is None else b.reshape(-1),
                        out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
                        geo.kh, geo.kw, band, nthreads, bp, edge, acc, stage, epi.code,
                        epi.prm, full0, full1, args.vecs, args.scratch)

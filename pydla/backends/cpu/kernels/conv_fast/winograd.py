@@ -23,7 +23,6 @@ but rounds more (≈ 1e-5 relative error on typical layers); F(2×2) is nearly e
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 from numba import njit, prange
@@ -54,6 +53,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.steps import kernel_call
 
 # Tiles per chunk: enough rows for efficient GEMMs, few enough for the chunk to stay in L2.
 CHUNK_TILES = 96
@@ -356,7 +356,7 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             x, w = inputs[0], inputs[1]
             assert x is not None and w is not None
             full0, full1 = args.fulls(inputs)
-            call = partial(winograd_conv, x, up, bias_of(inputs, geo, zeros),
+            call = kernel_call(winograd_conv, x, up, bias_of(inputs, geo, zeros),
                            out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
                            geo.left, geo.oh, geo.ow, th, tw, rows, nthreads, band, v, prod, out,
                            tmp, edge, acc, code, prm, full0, full1, vecs, scratch, split)
