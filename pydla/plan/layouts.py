@@ -5,7 +5,8 @@ layer, so that kernels computing 16 channels per vector need no transposes. The 
 does the same where pydla has blocked kernels: depthwise convolutions, 1×1 convolutions
 (strided ones gather their pixels), stems with few input channels (planar in, blocked
 out), and the pointwise
-layers (residual adds, squeeze-excitation scaling) and global average pools between them.
+layers (residual adds, squeeze-excitation scaling), max pools and global average pools
+between them.
 ``Reorder`` layers convert at a region's edges; blocked tensors have their physical 5-D
 shape in the IR and the loadable, so memory planning needs nothing new, and the layer
 info shows each Conv's ``layouts`` and every Reorder.
@@ -136,10 +137,30 @@ def _role(node: Node) -> str | None:
         return _conv_role(node)
     if node.op == "Pointwise" or node.op in SAFE_POINTWISE:
         return "pointwise_op" if "epilogue" not in node.attrs and _pointwise_ok(node) else None
+    if node.op == "MaxPool" and _max_pool_ok(node):
+        return "max_pool"
     if node.op == "GlobalAveragePool" and len(node.inputs[0].shape) == 4 \
             and _f32(node.inputs):  # type: ignore[union-attr]
         return "pool"
     return None
+
+
+def _max_pool_ok(node: Node) -> bool:
+    """A 2-D float32 max pool (no Indices) every window of which reaches into the image
+    (the blocked kernel has no empty window to fill)."""
+    x, out, a = node.inputs[0], node.outputs[0], node.attrs
+    kernel = [int(k) for k in a.get("kernel_shape") or ()]
+    if (len(node.outputs) != 1 or x is None or len(x.shape) != 4 or len(kernel) != 2
+            or not _f32(node.inputs) or not _f32(node.outputs)):
+        return False
+    strides = [int(s) for s in a.get("strides") or (1, 1)]
+    dilations = [int(d) for d in a.get("dilations") or (1, 1)]
+    begin = [int(p) for p in (a.get("pads") or (0, 0, 0, 0))[:2]]
+    for size, osize, k, s, d, b in zip(x.shape[2:], out.shape[2:], kernel, strides,
+                                       dilations, begin):
+        if any(not any(0 <= o * s - b + j * d < size for j in range(k)) for o in range(osize)):
+            return False
+    return True
 
 
 def _reads_blocked(node: Node, role: str) -> list[int]:
@@ -315,6 +336,8 @@ def _convert(node: Node, role: str, out: Value) -> None:
         if epi is not None:
             node.attrs["epilogue"] = {**epi, "program": [{**s, "shape": shape}
                                                          for s in epi["program"]]}
+    elif node.op == "MaxPool":
+        node.attrs["layouts"] = [BLOCKED, BLOCKED]
     elif node.op == "GlobalAveragePool":
         node.op = "ReduceMean"  # over the plane of each block: (n, cb, 1, 1, 16)
         node.attrs = {"axes": [2, 3], "keepdims": 1}

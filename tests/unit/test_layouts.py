@@ -145,9 +145,14 @@ def test_lone_pointwise_layers_stay_planar() -> None:
 
 
 def bottleneck_model(batch: int = 1, size: int = 16) -> Any:
-    """Two ResNet bottlenecks, the second downsampling through a strided 1×1 shortcut."""
+    """A ResNet stem (7×7/2 convolution, 3×3/2 max pool), then two bottlenecks, the second
+    downsampling through a strided 1×1 shortcut."""
     inits: dict[str, np.ndarray] = {}
-    nodes = [_conv("stem", "x", "s0", 64, 128, 1, inits=inits),
+    nodes = [_conv("stem", "x", "t0", 3, 64, 7, 2, inits=inits),
+             helper.make_node("Relu", ["t0"], ["t1"]),
+             helper.make_node("MaxPool", ["t1"], ["p0"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             _conv("proj", "p0", "s0", 64, 128, 1, inits=inits),
              helper.make_node("Relu", ["s0"], ["s1"])]
     for i, (stride, shortcut) in enumerate([(1, False), (2, True)]):
         src, mid, out = f"s{2 * i + 1}", 48, 128
@@ -163,26 +168,31 @@ def bottleneck_model(batch: int = 1, size: int = 16) -> Any:
         nodes += [helper.make_node("Add", [f"c{i}0", skip], [f"r{i}"]),
                   helper.make_node("Relu", [f"r{i}"], [f"s{2 * i + 3}"])]
     nodes.append(helper.make_node("GlobalAveragePool", ["s5"], ["y"]))
-    model = make_model(nodes, {"x": (np.float32, (batch, 64, size, size))}, ["y"], inits)
-    return model, {"x": _rand(batch, 64, size, size)}
+    model = make_model(nodes, {"x": (np.float32, (batch, 3, 4 * size, 4 * size))}, ["y"],
+                       inits)
+    return model, {"x": _rand(batch, 3, 4 * size, 4 * size)}
 
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_bottlenecks_run_their_pointwise_layers_blocked(batch: int) -> None:
     """ResNet's 1×1 layers chained through residual adds gain more on blocks than the
     reorders around the 3×3 layers cost: every 1×1 layer runs blocked (the strided
-    shortcut too), the 3×3 ones planar, and the result still matches onnxruntime."""
+    shortcut too), and so do the stem and the max pool before them; the 3×3 ones run
+    planar, and the result still matches onnxruntime."""
     model, feeds = bottleneck_model(batch)
     # By priority: timed under a parallel test run, a tiny layer's tactic is noise.
     data = build(model, BuildOptions(autotune=False))
     prog = read_loadable(data)
     convs = [layer for layer in prog.layers if layer.op == "Conv"]
     for layer in convs:
-        three = prog.tensors[layer.inputs[1]].shape[2] == 3
-        assert ("layouts" in layer.attrs) != three, layer.name
-        assert three or layer.tactic == "gemm_nchw16c", (layer.name, layer.tactic)
-    # the image in, around each 3×3 layer out and back, the pooled result out
-    assert sum(layer.op == "Reorder" for layer in prog.layers) == 6
+        k = prog.tensors[layer.inputs[1]].shape[2]
+        assert ("layouts" in layer.attrs) != (k == 3), layer.name
+        assert k == 3 or layer.tactic == {1: "gemm_nchw16c", 7: "direct_nchw16c"}[k], \
+            (layer.name, layer.tactic)
+    pools = [layer for layer in prog.layers if layer.op == "MaxPool"]
+    assert [p.tactic for p in pools] == ["max_nchw16c"]
+    # around each 3×3 layer out and back, the pooled result out (the stem reads the image)
+    assert sum(layer.op == "Reorder" for layer in prog.layers) == 5
     model_tolerance_ok(LoadedModule(data).run(feeds), run_ort(model, feeds))
 
 
@@ -328,6 +338,45 @@ def test_blocked_depthwise_geometry(case: tuple[Any, ...], epilogue: str | None)
     assert np.isfinite(got).all()  # padded lanes are written, finite
     np.testing.assert_allclose(to_planar(got, c), want, rtol=1e-4,
                                atol=1e-4 * max(1.0, float(np.abs(want).max())))
+
+
+# Blocked max pools: (n, c, h, w, kernel, strides, pads t/l/b/r, dilations, output size).
+MAX_POOLS = [
+    (1, 64, 23, 23, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), None),   # ResNet's
+    (2, 40, 12, 33, (2, 2), (2, 1), (0, 1, 0, 1), (1, 1), None),   # CRNN's, two images
+    (1, 16, 9, 9, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1), None),     # YOLO's SPPF
+    (1, 32, 10, 11, (3, 2), (1, 2), (0, 0, 0, 0), (2, 1), None),   # dilated rows
+    (1, 16, 7, 7, (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), (4, 4)),   # ceil_mode: partial ends
+    (1, 16, 1, 20, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), None),    # one row
+]
+
+
+@pytest.mark.parametrize("case", MAX_POOLS)
+def test_blocked_max_pool(case: tuple[Any, ...]) -> None:
+    n, c, h, w, (kh, kw), (sh, sw), pads, (dh, dw), size = case
+    oh, ow = size or ((h + pads[0] + pads[2] - (kh - 1) * dh - 1) // sh + 1,
+                      (w + pads[1] + pads[3] - (kw - 1) * dw - 1) // sw + 1)
+    x = _rand(n, c, h, w)
+    x[0, 3, h // 2, 2] = np.nan  # a NaN in a window wins, as in the reference
+    attrs: dict[str, Any] = {"kernel_shape": [kh, kw], "strides": [sh, sw],
+                             "pads": list(pads), "dilations": [dh, dw]}
+    plain = LayerSpec("p", "MaxPool", attrs, (_spec(x.shape),), (_spec((n, c, oh, ow)),),
+                      REFERENCE)
+    want = _run(plain, [x])
+    xin, yshape = to_blocked(x), (n, -(-c // 16), oh, ow, 16)
+    battrs = {**attrs, "layouts": ["nchw16c", "nchw16c"]}
+    spec = LayerSpec("b", "MaxPool", battrs, (_spec(xin.shape),), (_spec(yshape),), None)
+    assert [t.name for t in candidate_tactics(spec)] == ["max_nchw16c"]
+    for tactic in ("max_nchw16c", REFERENCE):
+        got = _run(LayerSpec("b", "MaxPool", battrs, (_spec(xin.shape),), (_spec(yshape),),
+                             tactic), [xin])
+        np.testing.assert_array_equal(to_planar(got, c), want)
+    # A window wholly in the padding has no maximum to take: the tactic does not apply.
+    wide = {**battrs, "pads": [3, 3, 3, 3]}
+    out = (n, -(-c // 16), (h + 6 - kh) // sh + 1, (w + 6 - kw) // sw + 1, 16)
+    if kh <= 3 and dh == 1:
+        assert not candidate_tactics(LayerSpec("b", "MaxPool", wide, (_spec(xin.shape),),
+                                               (_spec(out),), None))
 
 
 def test_blocked_layers_refuse_misfitting_shapes() -> None:

@@ -14,6 +14,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     fast_middle,
     fast_pointwise,
     fast_pooling,
+    fast_pooling_c16,
     fast_resize,
     fast_softmax,
     indexing,

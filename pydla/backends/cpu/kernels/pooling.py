@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.base import LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu.kernels.conv import pad_spatial
 from pydla.backends.cpu.registry import kernel
+from pydla.errors import KernelError
 
 
 class _Windows:
@@ -69,6 +70,8 @@ def _lowest(dtype: np.dtype) -> float | int:
 
 @kernel("MaxPool")
 def bind_max_pool(spec: LayerSpec) -> RunFn:
+    if "layouts" in spec.attrs:
+        return _bind_blocked(spec)
     win = _Windows(spec)
     want_indices = len(spec.outputs) > 1
     if want_indices:
@@ -183,5 +186,32 @@ def bind_max_unpool(spec: LayerSpec) -> RunFn:
         block.reshape(-1)[ind.reshape(-1)] = x.reshape(-1)
         y.fill(0)
         y[corner] = block
+
+    return run
+
+
+def _bind_blocked(spec: LayerSpec) -> RunFn:
+    """A max pool in the channel-blocked layout (pydla.plan.layouts): converted to planar
+    around the plain kernel — the reference the blocked tactic is tested against."""
+    from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
+
+    x, y = spec.inputs[0], spec.outputs[0]
+    if (x is None or len(x.shape) != 5 or len(y.shape) != 5 or x.shape[4] != 16
+            or y.shape[:2] != x.shape[:2] or len(spec.outputs) != 1):
+        raise KernelError(spec.name, spec.op, f"layouts {spec.attrs['layouts']!r} do not fit "
+                          f"X {x and x.shape}, output {y.shape}")
+    n, blocks = x.shape[:2]
+    attrs = {k: v for k, v in spec.attrs.items() if k != "layouts"}
+    plain = LayerSpec(spec.name, spec.op, attrs,
+                      (TensorSpec((n, blocks * 16, *x.shape[2:4]), x.dtype),),
+                      (TensorSpec((n, blocks * 16, *y.shape[2:4]), y.dtype),), spec.tactic)
+    inner = bind_max_pool(plain)
+
+    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
+        xs = inputs[0]
+        assert xs is not None
+        planar = np.empty(plain.outputs[0].shape, outputs[0].dtype)
+        inner([to_planar(xs, blocks * 16)], [planar])
+        np.copyto(outputs[0], to_blocked(planar))
 
     return run

@@ -218,7 +218,7 @@ def _inside(first: int, count: int, step: int, size: int) -> tuple[int, int]:
     return (k0, k1) if k1 > k0 else (0, 0)
 
 
-class _Columns:
+class Columns:
     """The output columns' classes: class 0 uses every kernel column; each distinct run of
     kernel columns inside the image at the edges gets a class of its own."""
 
@@ -245,6 +245,12 @@ class _Columns:
                     self.offs[c, i * m + j - j0] = (i * geo.dh * geo.w + j * geo.dw) * _VEC
 
 
+def kernel_rows(geo: Conv2d) -> np.ndarray:
+    """(oh, 2): for each output row, the kernel rows [i0, i1) inside the image."""
+    return np.array([_inside(r * geo.sh - geo.top, geo.kh, geo.dh, geo.h)
+                     for r in range(geo.oh)], np.int64).reshape(geo.oh, 2)
+
+
 def _band(geo: Conv2d, nthreads: int) -> int:
     """Output rows per task: a band's output within _OUT_BYTES, and enough bands for every
     thread to have work when there are few channel blocks."""
@@ -265,12 +271,11 @@ def staged(geo: Conv2d) -> bool:
 
 
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
-    cols = _Columns(geo)
+    cols = Columns(geo)
     band = _band(geo, nthreads)
     blocks = -(-geo.m // L)
     ntaps = geo.kh * geo.kw
-    lim = np.array([_inside(r * geo.sh - geo.top, geo.kh, geo.dh, geo.h) for r in range(geo.oh)],
-                   np.int64).reshape(geo.oh, 2)
+    lim = kernel_rows(geo)
     obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
     wt = np.zeros((blocks, len(cols.runs), ntaps, L), np.float32)
     bp = np.zeros((blocks, L), np.float32)

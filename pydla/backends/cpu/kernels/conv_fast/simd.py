@@ -287,6 +287,51 @@ def tap_sum_one(typingctx, src, step, offsets, weights, taps, bias, dst, dst_ste
     return sig, codegen
 
 
+def tap_max(pixels: int) -> Callable[..., None]:
+    """An intrinsic ``(src, pixel_step, offsets, taps, dst)`` (int64 byte addresses and
+    strides; ``offsets`` the address of ``taps`` ≥ 1 int64 byte offsets): for p < pixels
+    the vector at dst + 64·p = max over t of the vector at src + p·pixel_step +
+    offsets[t] — a max pool's window over 16 channels; a NaN in the window wins, as in
+    the reference's np.max."""
+
+    @intrinsic
+    def apply(typingctx, src, step, offsets, taps, dst):  # type: ignore[no-untyped-def]
+        sig = types.void(*([types.int64] * 5))
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            s, st, offs, n, d = args
+
+            def vec(addr):  # type: ignore[no-untyped-def]
+                return builder.inttoptr(addr, _VEC.as_pointer())
+
+            bases = [builder.add(s, builder.mul(st, ir.Constant(_I64, p)))
+                     for p in range(pixels)]
+            accs = [cgutils.alloca_once(builder, _VEC) for _ in range(pixels)]
+            for acc in accs:
+                builder.store(ir.Constant(_VEC, [float("-inf")] * LANES), acc)
+
+            def tap(t: ir.Value) -> None:
+                off = builder.load(builder.inttoptr(
+                    builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))),
+                    _I64.as_pointer()))
+                for base, acc in zip(bases, accs):
+                    x = builder.load(vec(builder.add(base, off)), align=4)
+                    a = builder.load(acc)
+                    m = builder.select(builder.fcmp_ordered(">", x, a), x, a)
+                    builder.store(builder.select(builder.fcmp_unordered("uno", x, x), x, m),
+                                  acc)
+
+            _counted_loop(builder, n, tap, "window")
+            for p, acc in enumerate(accs):
+                builder.store(builder.load(acc),
+                              vec(builder.add(d, ir.Constant(_I64, 64 * p))), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return apply  # type: ignore[no-any-return]
+
+
 def vector_rows(op: str) -> Callable[..., None]:
     """An intrinsic ``(src, dst, vec, count)`` (int64 byte addresses): for j < count the
     16 floats at dst + 64·j = (those at src + 64·j) ``op`` (the 16 at vec) — op one of
