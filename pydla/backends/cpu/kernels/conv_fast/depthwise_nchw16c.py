@@ -155,8 +155,10 @@ def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.nd
         st = stage[t]
         for task in range(t * per, min(tasks, (t + 1) * per)):
             img = task // (blocks * bands)
-            blk = (task // bands) % blocks
-            r0 = (task % bands) * band
+            if staged:  # whole blocks per thread: a band's halo is staged once per block
+                blk, r0 = (task // bands) % blocks, task % bands * band
+            else:  # bands outermost: rows split among threads
+                r0, blk = (task // blocks) % bands * band, task % blocks
             r1 = min(oh, r0 + band)
             row = img * blocks + blk
             out, at0 = (y[row], r0 * ow * L) if fused else (ob, 0)
@@ -252,13 +254,21 @@ def kernel_rows(geo: Conv2d) -> np.ndarray:
 
 
 def _band(geo: Conv2d, nthreads: int) -> int:
-    """Output rows per task: a band's output within _OUT_BYTES, and enough bands for every
-    thread to have work when there are few channel blocks."""
-    band = max(1, _OUT_BYTES // (geo.ow * _VEC))
-    blocks = geo.n * -(-geo.m // L)
-    if blocks < 2 * nthreads:
-        band = min(band, max(1, -(-geo.oh // -(-2 * nthreads // blocks))))
-    return min(band, geo.oh)
+    """Output rows per task: a band's output within _OUT_BYTES, and the bands of an image
+    a multiple of the threads. Each thread takes whole bands of every block, as the 1×1
+    layers around a depthwise one split their pixels: a thread then reads mostly what its
+    own core wrote (split by blocks, half of every input crossed between the cores'
+    caches, and half of every output on its way to the next layer). A staged layer's
+    threads take whole blocks instead: its planes are narrow, and a band stages
+    (kernel - 1) rows of halo on top of its own."""
+    bands = -(-geo.oh // max(1, _OUT_BYTES // (geo.ow * _VEC)))
+    if staged(geo):  # few rows: each extra band stages its halo again (whole planes)
+        blocks = geo.n * -(-geo.m // L)
+        if blocks < 2 * nthreads:
+            bands = max(bands, -(-2 * nthreads // blocks))
+    elif geo.n < nthreads:
+        bands = -(-max(bands, nthreads) // nthreads) * nthreads
+    return max(1, -(-geo.oh // bands))
 
 
 def staged(geo: Conv2d) -> bool:
