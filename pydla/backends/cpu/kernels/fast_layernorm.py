@@ -96,8 +96,8 @@ def bind_rows(spec: LayerSpec) -> RunFn:
         bias = ins[2] if len(ins) > 2 and ins[2] is not None else np.zeros(d, np.float32)
         stats = np.empty((rows, 2), np.float32)
         run = kernel_call(kernel, np.ascontiguousarray(src).reshape(-1),
-                                outs[0].reshape(-1), np.ascontiguousarray(scale).reshape(-1),
-                                np.ascontiguousarray(bias).reshape(-1), stats, d, eps)
+                          outs[0].reshape(-1), np.ascontiguousarray(scale).reshape(-1),
+                          np.ascontiguousarray(bias).reshape(-1), stats, d, eps)
         if n_out == 1:
             return run
         mean, inv = outs[1].reshape(-1), (outs[2].reshape(-1) if n_out > 2 else None)

@@ -169,9 +169,9 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         if constant:
             prepare()
         run = kernel_call(lstm, xp, wp, edge, rt.reshape(-1), bsum,
-                                np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
-                                rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
-                                yh.reshape(-1), yc.reshape(-1), geo, nthreads)
+                          np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
+                          rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
+                          yh.reshape(-1), yc.reshape(-1), geo, nthreads)
 
         def step() -> None:
             if not constant:

@@ -144,7 +144,7 @@ def bind_reduce(spec: LayerSpec) -> RunFn:
         assert src is not None
         kernel = _reduce_par if threads.parallel_pays(math.prod(shape3)) else _reduce_seq
         return kernel_call(kernel, np.ascontiguousarray(src).reshape(shape3),
-                       outs[0].reshape(shape3[0], shape3[2]), scale, nthreads)
+                           outs[0].reshape(shape3[0], shape3[2]), scale, nthreads)
 
     return PreboundKernel(prebind)
 
@@ -228,8 +228,8 @@ def bind_broadcast(spec: LayerSpec) -> RunFn:
         kernel = (_broadcast_par if threads.parallel_pays(math.prod(geo.shape3))
                   else _broadcast_seq)
         scale = kernel_call(kernel, np.ascontiguousarray(full).reshape(geo.shape3),
-                        operand.reshape(outer, inner), outs[0].reshape(geo.shape3), geo.op,
-                        geo.s_first, nthreads)
+                            operand.reshape(outer, inner), outs[0].reshape(geo.shape3), geo.op,
+                            geo.s_first, nthreads)
         if gate_step is None:
             return scale
 

@@ -145,13 +145,13 @@ class CompiledProgram(PreboundKernel):
             return kernel_call(inplace, *(_flat(a) for a in arrays), self.geo)
         if fast:
             return kernel_call(self.fn, _flat(out), *(_flat(a) for a in arrays),
-                                     self.geo)
+                               self.geo)
         # float16 or strided operands: float32 contiguous staging copies at the edges.
         staged = [np.empty(a.shape, np.float32 if w else a.dtype) for a, w in
                   zip(arrays, widen)]
         target = np.empty(out.shape, np.float32 if narrow else out.dtype)
         run = kernel_call(self.fn, _flat(target), *(_flat(s) for s in staged),
-                                self.geo)
+                          self.geo)
 
         def staged_run() -> None:
             for s, a in zip(staged, arrays):

@@ -269,7 +269,7 @@ def bind_window_pool(spec: LayerSpec) -> RunFn:
     if planes * oh * ow == 0:
         return _prebound(lambda x, y: _nothing)
     return _prebound(lambda x, y: kernel_call(kernel, x, y, scratch, tables, count,
-                                                    geo, offs))
+                                              geo, offs))
 
 
 def bind_global_pool(spec: LayerSpec) -> RunFn:

@@ -126,7 +126,7 @@ def bind_gather(spec: LayerSpec) -> RunFn:
         src = ins[0]
         assert src is not None
         return kernel_call(kernel, np.ascontiguousarray(src).reshape(-1),
-                                 outs[0].reshape(-1), h, w, oh, ow, rows, cols, wr, wc, linear)
+                           outs[0].reshape(-1), h, w, oh, ow, rows, cols, wr, wc, linear)
 
     return PreboundKernel(prebind)
 

@@ -125,9 +125,9 @@ def bind_reorder(spec: LayerSpec) -> RunFn:
             return partial(_numpy_reorder, x, y, to, c)
         if to == BLOCKED:
             return kernel_call(reorder, x.reshape(flat_planar), y.reshape(flat_blocked), True,
-                           nthreads)
+                               nthreads)
         return kernel_call(reorder, y.reshape(flat_planar), x.reshape(flat_blocked), False,
-                       nthreads)
+                           nthreads)
 
     return PreboundKernel(prebind)
 

@@ -220,10 +220,10 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(depthwise, x, w.reshape(geo.m, geo.kh, geo.kw),
-                       bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
-                       geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,
-                       nthreads, planes, used, grid, acc, code, prm, full0, full1, vecs,
-                       scratch)
+                           bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
+                           geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,
+                           nthreads, planes, used, grid, acc, code, prm, full0, full1, vecs,
+                           scratch)
         return with_registers(call, args, inputs)
 
     return runner(prepare)

@@ -242,8 +242,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
         call = kernel_call(depthwise_c16, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw, geo.dh,
-                       geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat, obuf,
-                       acc, code, prm, full0, full1, vecs, scratch, local)
+                           geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat, obuf,
+                           acc, code, prm, full0, full1, vecs, scratch, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -320,10 +320,10 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(depthwise_nchw16c, x, wt, bp, cols.offs, cols.widths, cols.cls, lim,
-                       out_rows(outputs[0], geo.n * blocks, geo.pixels * L), geo.sh, geo.sw,
-                       geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb, band, nthreads,
-                       obuf, code, prm, full0, full1, vecs, scratch, bounds, geo.kh, geo.dh,
-                       stage, rel, soffs)
+                           out_rows(outputs[0], geo.n * blocks, geo.pixels * L), geo.sh, geo.sw,
+                           geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb, band, nthreads,
+                           obuf, code, prm, full0, full1, vecs, scratch, bounds, geo.kh, geo.dh,
+                           stage, rel, soffs)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -196,9 +196,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
-                       geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
-                       nthreads, stage, obuf, acc, code, prm, full0, full1, vecs, scratch,
-                       local, geo.m, blocked)
+                           geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
+                           nthreads, stage, obuf, acc, code, prm, full0, full1, vecs, scratch,
+                           local, geo.m, blocked)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -198,8 +198,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
-                       out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
-                       nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
+                           out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
+                           nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
         return weights.before(w, with_registers(call, args, inputs))
 
     return runner(prepare)

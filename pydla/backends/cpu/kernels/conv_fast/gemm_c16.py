@@ -267,9 +267,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
-                       out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
-                       rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr, xs,
-                       geo.h, geo.w, geo.sh, geo.sw, geo.ow)
+                           out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
+                           rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr, xs,
+                           geo.h, geo.w, geo.sh, geo.sw, geo.ow)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 

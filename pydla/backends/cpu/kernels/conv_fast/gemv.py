@@ -153,8 +153,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, acc,
-                       out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
-                       code, prm, full0, full1, vecs, scratch)
+                           out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
+                           code, prm, full0, full1, vecs, scratch)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)
         return with_registers(packed.before(w, call), args, inputs)
 

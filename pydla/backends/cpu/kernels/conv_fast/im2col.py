@@ -191,11 +191,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         split_call = kernel_call(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
-                             wq, nthreads)
+                                 wq, nthreads)
         gemm_call = kernel_call(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),
-                            out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
-                            geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
-                            prm, full0, full1, vecs, scratch)
+                                out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
+                                geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
+                                prm, full0, full1, vecs, scratch)
 
         def call() -> None:
             split_call()

@@ -159,9 +159,9 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
         b = inputs[2] if geo.has_bias else None
         full0, full1 = args.fulls(inputs)
         call = kernel_call(upsample_gemm, x, ap, zeros if b is None else b.reshape(-1),
-                       out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
-                       geo.kh, geo.kw, band, nthreads, bp, edge, acc, stage, epi.code,
-                       epi.prm, full0, full1, args.vecs, args.scratch)
+                           out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
+                           geo.kh, geo.kw, band, nthreads, bp, edge, acc, stage, epi.code,
+                           epi.prm, full0, full1, args.vecs, args.scratch)
         return weights.before(w, with_registers(call, args, inputs))
 
     return runner(prepare)

@@ -357,9 +357,9 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             assert x is not None and w is not None
             full0, full1 = args.fulls(inputs)
             call = kernel_call(winograd_conv, x, up, bias_of(inputs, geo, zeros),
-                           out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
-                           geo.left, geo.oh, geo.ow, th, tw, rows, nthreads, band, v, prod, out,
-                           tmp, edge, acc, code, prm, full0, full1, vecs, scratch, split)
+                               out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
+                               geo.left, geo.oh, geo.ow, th, tw, rows, nthreads, band, v, prod, out,
+                               tmp, edge, acc, code, prm, full0, full1, vecs, scratch, split)
             return filters.before(w, with_registers(call, args, inputs))
 
         return runner(prepare)
