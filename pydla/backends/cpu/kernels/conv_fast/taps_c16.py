@@ -224,11 +224,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = kernel_call(taps_c16, x, bp, bias, out_rows(outputs[0], geo.n * geo.m, geo.pixels),
-                           geo.m, geo.oh, geo.ow, geo.sh, geo.sw, geo.top, geo.left,
-                           (geo.kh - 1) * geo.dh + 1, band, rstride, groups, nthreads, taps, stage,
-                           flat,
-                           cbuf, acc, code, prm, full0, full1, vecs, scratch, local, mr)
+        y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
+        call = kernel_call(taps_c16, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh, geo.sw,
+                           geo.top, geo.left, (geo.kh - 1) * geo.dh + 1, band, rstride, groups,
+                           nthreads, taps, stage, flat, cbuf, acc, code, prm, full0, full1, vecs,
+                           scratch, local, mr)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 
