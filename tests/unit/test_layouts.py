@@ -16,7 +16,7 @@ from onnx import helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.backend import bind_layer
-from pydla.backends.cpu.kernels.conv_fast import depthwise_nchw16c
+from pydla.backends.cpu.kernels.conv_fast import depthwise_c16, depthwise_nchw16c
 from pydla.backends.cpu.kernels.conv_fast.geometry import conv2d
 from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
 from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
@@ -377,6 +377,49 @@ def test_blocked_max_pool(case: tuple[Any, ...]) -> None:
     if kh <= 3 and dh == 1:
         assert not candidate_tactics(LayerSpec("b", "MaxPool", wide, (_spec(xin.shape),),
                                                (_spec(out),), None))
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[7], CASES[11]])
+@pytest.mark.parametrize("epilogue", [None, "residual"])
+def test_blocked_outputs_stored_around_the_caches(case: tuple[Any, ...], epilogue: str | None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outputs past STREAM_BYTES leave through non-temporal stores (with the epilogue
+    run into scratch first): the same values, into a 64-byte aligned output as the arena's."""
+    monkeypatch.setattr(depthwise_c16, "STREAM_BYTES", 0)
+    n, c, m, h, w, k, s, group, lay = case
+    x, wt, b = _rand(n, c, h, w), _rand(m, c // group, k, k), _rand(m)
+    pad = k // 2
+    oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+    attrs: dict[str, Any] = {"strides": [s, s], "pads": [pad] * 4, "dilations": [1, 1],
+                             "group": group}
+    plain = LayerSpec("p", "Conv", attrs, (_spec(x.shape), _spec(wt.shape), _spec(b.shape)),
+                      (_spec((n, m, oh, ow)),), REFERENCE)
+    want = _run(plain, [x, wt, b])
+    xin = to_blocked(x) if lay[0] == "b" else x
+    yshape = (n, -(-m // 16), oh, ow, 16)
+    ins, specs = [xin, wt, b], [_spec(xin.shape), _spec(wt.shape), _spec(b.shape)]
+    battrs = {**attrs, "layouts": ["nchw16c" if lay[0] == "b" else "nchw", "nchw16c"]}
+    if epilogue == "residual":
+        r = _rand(n, m, oh, ow)
+        ins.append(to_blocked(r))
+        specs.append(_spec(yshape))
+        want = np.maximum(want + r, 0)
+        battrs["epilogue"] = {"inputs": 1, "program": [
+            {"op": "Add", "in": [0, 1], "attrs": {}, "shape": list(yshape), "dtype": "float32"},
+            {"op": "Relu", "in": [2], "attrs": {}, "shape": list(yshape), "dtype": "float32"}]}
+    size = int(np.prod(yshape))
+    raw = np.full(size + 16, np.nan, np.float32)
+    start = (-raw.ctypes.data) % 64 // 4
+    out = raw[start:start + size].reshape(yshape)
+    for tactic in [t.name for t in candidate_tactics(LayerSpec("b", "Conv", battrs,
+                                                                tuple(specs), (_spec(yshape),),
+                                                                None))]:
+        out[...] = np.nan
+        bind_layer(LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), tactic))(
+            ins, [out])
+        assert np.isfinite(out).all(), tactic
+        np.testing.assert_allclose(to_planar(out, m), want, rtol=1e-4,
+                                   atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
 def test_blocked_layers_refuse_misfitting_shapes() -> None:

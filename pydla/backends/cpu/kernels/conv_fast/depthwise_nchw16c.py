@@ -42,7 +42,7 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     with_bias_copy,
     with_registers,
 )
-from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit_blocked
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit_blocked, streams
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     ACC,
     CLIP,
@@ -131,7 +131,7 @@ def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.nd
                       prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
                       vecs: np.ndarray, scratch: np.ndarray, bounds: np.ndarray,
                       kh: int, dh: int, stage: np.ndarray, rel: np.ndarray,
-                      soffs: np.ndarray) -> None:
+                      soffs: np.ndarray, stream: bool) -> None:
     """x (n, blocks, h, w, 16); wt (blocks, classes, kh·kw, 16) the weights of each column
     class's taps, row-major; offs (classes, kh·kw) their byte offsets from the pixel's
     corner; widths (classes,) taps per kernel row; cls (ow,) each output column's class;
@@ -210,7 +210,7 @@ def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.nd
                           lo, hi)
             if not fused:
                 emit_blocked(obuf[t], (r1 - r0) * ow, y, row, r0 * ow * L, code, prm, full0,
-                             full1, vecs, scratch[t])
+                             full1, vecs, scratch[t], stream)
 
 
 def _inside(first: int, count: int, step: int, size: int) -> tuple[int, int]:
@@ -323,7 +323,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                            out_rows(outputs[0], geo.n * blocks, geo.pixels * L), geo.sh, geo.sw,
                            geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb, band, nthreads,
                            obuf, code, prm, full0, full1, vecs, scratch, bounds, geo.kh, geo.dh,
-                           stage, rel, soffs)
+                           stage, rel, soffs, streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

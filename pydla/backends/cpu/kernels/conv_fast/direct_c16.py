@@ -31,7 +31,7 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     with_bias_copy,
     with_registers,
 )
-from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked, streams
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
@@ -102,7 +102,7 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
                obuf: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
                full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray,
-               local: bool, m: int, blocked: bool) -> None:
+               local: bool, m: int, blocked: bool, stream: bool) -> None:
     """x (n, c, h, w); wp (groups, K, g·16) and bp (groups, g·16) packed, g blocks of 16
     output channels per group; offs the K taps' byte offsets in a staged band; y (n·m,
     oh·ow), or (n·⌈m/16⌉, oh·ow·16) when ``blocked``. Per thread: stage (c, rows, cols),
@@ -142,7 +142,7 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                         break
                     if blocked:
                         emit_blocked(ob[k], p, y, img * groups * g + grp * g + k, r0 * ow * L,
-                                     code, prm, full0, full1, vecs, scratch[t])
+                                     code, prm, full0, full1, vecs, scratch[t], stream)
                         continue
                     emit(ob[k], min(L, m - c0), p, y, img * m + c0, r0 * ow, a, local, code,
                          prm, full0, full1, vecs, scratch[t])
@@ -198,7 +198,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         call = kernel_call(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
                            geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
                            nthreads, stage, obuf, acc, code, prm, full0, full1, vecs, scratch,
-                           local, geo.m, blocked)
+                           local, geo.m, blocked, blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -165,13 +165,23 @@ def run_epilogue(acc: np.ndarray, y: np.ndarray, yr: int, yo: int, code: np.ndar
                  scratch: np.ndarray) -> None:
     """y[yr, yo:yo+n] = program(acc), acc a 1-D block of n values (never a view of y);
     rows of y, full0 and full1 are image·channels + channel, vecs is (registers, rows)."""
+    run_epilogue_to(acc, y[yr, yo:yo + acc.shape[0]], yr, yo, code, prm, full0, full1, vecs,
+                    scratch)
+
+
+@njit(cache=True, error_model="numpy")
+def run_epilogue_to(acc: np.ndarray, out: np.ndarray, yr: int, yo: int, code: np.ndarray,
+                    prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+                    scratch: np.ndarray) -> None:
+    """``run_epilogue`` with the result in ``out`` (n values; it may be scratch row
+    steps - 1, which the last step does not read) instead of y's run at (yr, yo)."""
     n = acc.shape[0]
     steps = code.shape[0]
     spare = steps  # rows steps and steps+1 of scratch hold broadcast operands
     for s in range(steps):
         op = code[s, 0]
         a = _operand(code[s, 1], code[s, 2], spare, acc, yr, yo, n, full0, full1, vecs, scratch)
-        d = y[yr, yo:yo + n] if s == steps - 1 else scratch[s, :n]
+        d = out if s == steps - 1 else scratch[s, :n]
         if op < ADD:
             _unary(op, a, d, prm[s, 0], prm[s, 1])
         else:

@@ -37,7 +37,7 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     with_bias_copy,
     with_registers,
 )
-from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked, streams
 from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     KC,
@@ -132,7 +132,7 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
              nthreads: int, rag: np.ndarray, stage: np.ndarray, acc: np.ndarray,
              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
              vecs: np.ndarray, scratch: np.ndarray, local: bool, mr: int, xs: np.ndarray,
-             h: int, w: int, sh: int, sw: int, ow: int) -> None:
+             h: int, w: int, sh: int, sw: int, ow: int, stream: bool) -> None:
     """x flat: n images of p pixels, blocked (k/16 blocks of p × 16) or planar (k rows
     of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar; bias
     (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or (n·m, p) planar; pb
@@ -187,7 +187,7 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
                     break
                 if y_blocked:
                     emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm,
-                                 full0, full1, vecs, scratch[t])
+                                 full0, full1, vecs, scratch[t], stream)
                 else:
                     emit(st[half], min(L, m - blk * L), rows, y, img * m + blk * L, q0,
                          acc[t], local, code, prm, full0, full1, vecs, scratch[t])
@@ -269,7 +269,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
                            out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
                            rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr, xs,
-                           geo.h, geo.w, geo.sh, geo.sw, geo.ow)
+                           geo.h, geo.w, geo.sh, geo.sw, geo.ow,
+                           geo.y_blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -595,3 +595,27 @@ def deinterleave2(typingctx, src, even, odd, count):  # type: ignore[no-untyped-
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def store_stream(typingctx, src, dst, count):  # type: ignore[no-untyped-def]
+    """``count`` vectors of 16 floats from src to dst (int64 byte addresses; dst 64-byte
+    aligned) with non-temporal stores: written to memory around the caches, with no read
+    of the lines first — for outputs too large to stay in the last-level cache."""
+    sig = types.void(types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        s, d, n = args
+        hint = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+
+        def body(j: ir.Value) -> None:
+            off = builder.mul(j, ir.Constant(_I64, 64))
+            v = builder.load(builder.inttoptr(builder.add(s, off), _VEC.as_pointer()), align=4)
+            store = builder.store(v, builder.inttoptr(builder.add(d, off), _VEC.as_pointer()),
+                                  align=64)
+            store.set_metadata("nontemporal", hint)
+
+        _counted_loop(builder, n, body, "stream")
+        return context.get_dummy_value()
+
+    return sig, codegen
