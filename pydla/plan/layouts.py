@@ -33,7 +33,13 @@ from collections.abc import Sequence
 
 from pydla.backends.cpu.kernels.conv_fast.direct_c16 import MAX_K as MAX_STEM_K
 from pydla.backends.cpu.kernels.conv_fast.epilogue import native_epilogue
-from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK, BLOCKED, PLANAR, blocked_shape
+from pydla.backends.cpu.kernels.conv_fast.geometry import (
+    BLOCK,
+    BLOCKED,
+    PLANAR,
+    blocked_shape,
+    inside,
+)
 from pydla.dtypes import DType
 from pydla.ir import Graph, Node, Value
 from pydla.passes import PassContext
@@ -158,7 +164,7 @@ def _max_pool_ok(node: Node) -> bool:
     begin = [int(p) for p in (a.get("pads") or (0, 0, 0, 0))[:2]]
     for size, osize, k, s, d, b in zip(x.shape[2:], out.shape[2:], kernel, strides,
                                        dilations, begin):
-        if any(not any(0 <= o * s - b + j * d < size for j in range(k)) for o in range(osize)):
+        if any(inside(o * s - b, k, d, size)[1] == 0 for o in range(osize)):
             return False
     return True
 

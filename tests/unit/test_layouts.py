@@ -245,9 +245,12 @@ CASES = [  # (n, c, m, h, w, k, stride, group, layouts)
 ]
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual"])
-def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | None) -> None:
+def _blocked_layer(case: tuple[Any, ...], epilogue: str | None
+                   ) -> tuple[dict[str, Any], list[TensorSpec], list[np.ndarray],
+                              tuple[int, ...], np.ndarray]:
+    """A CASES convolution in the blocked layouts with an epilogue (None, clip, hardswish,
+    residual: + a blocked tensor, residual_relu: then Relu): its attributes, input specs and
+    arrays, blocked output shape, and the planar reference result."""
     n, c, m, h, w, k, s, group, lay = case
     x, wt, b = _rand(n, c, h, w), _rand(m, c // group, k, k), _rand(m)
     pad = k // 2
@@ -262,22 +265,34 @@ def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | 
     yshape = (n, -(-m // 16), oh, ow, 16)
     ins, specs = [xin, wt, b], [_spec(xin.shape), _spec(wt.shape), _spec(b.shape)]
     battrs = {**attrs, "layouts": layouts}
-    if epilogue is not None:
-        step = {"clip": ("Clip", {"min": 0.0, "max": 6.0}), "hardswish": ("HardSwish", {}),
-                "residual": ("Add", {})}[epilogue]
-        regs = [0, 1] if epilogue == "residual" else [0]
-        battrs["epilogue"] = {"inputs": len(regs) - 1, "program": [
-            {"op": step[0], "in": regs, "attrs": step[1], "shape": list(yshape),
-             "dtype": "float32"}]}
-        if epilogue == "residual":
-            r = _rand(n, m, oh, ow)
-            ins.append(to_blocked(r))
-            specs.append(_spec(yshape))
-            want = want + r
-        elif epilogue == "clip":
-            want = np.clip(want, 0, 6)
-        else:
-            want = want * np.clip(want / 6 + 0.5, 0, 1)
+    if epilogue is None:
+        return battrs, specs, ins, yshape, want
+    steps = {"clip": [("Clip", [0], {"min": 0.0, "max": 6.0})],
+             "hardswish": [("HardSwish", [0], {})], "residual": [("Add", [0, 1], {})],
+             "residual_relu": [("Add", [0, 1], {}), ("Relu", [2], {})]}[epilogue]
+    residual = epilogue.startswith("residual")
+    battrs["epilogue"] = {"inputs": int(residual), "program": [
+        {"op": op, "in": regs, "attrs": a, "shape": list(yshape), "dtype": "float32"}
+        for op, regs, a in steps]}
+    if residual:
+        r = _rand(n, m, oh, ow)
+        ins.append(to_blocked(r))
+        specs.append(_spec(yshape))
+        want = want + r
+        if epilogue == "residual_relu":
+            want = np.maximum(want, 0)
+    elif epilogue == "clip":
+        want = np.clip(want, 0, 6)
+    else:
+        want = want * np.clip(want / 6 + 0.5, 0, 1)
+    return battrs, specs, ins, yshape, want
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual"])
+def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | None) -> None:
+    n, c, m, h, w, k, s, group, lay = case
+    battrs, specs, ins, yshape, want = _blocked_layer(case, epilogue)
     spec = LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), None)
     tactics = [t.name for t in candidate_tactics(spec)]
     assert tactics and all(t.endswith("_nchw16c") for t in tactics)
@@ -380,40 +395,20 @@ def test_blocked_max_pool(case: tuple[Any, ...]) -> None:
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[5], CASES[7], CASES[11]])
-@pytest.mark.parametrize("epilogue", [None, "residual"])
+@pytest.mark.parametrize("epilogue", [None, "residual_relu"])
 def test_blocked_outputs_stored_around_the_caches(case: tuple[Any, ...], epilogue: str | None,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Outputs past STREAM_BYTES leave through non-temporal stores (with the epilogue
     run into scratch first): the same values, into a 64-byte aligned output as the arena's."""
     monkeypatch.setattr(depthwise_c16, "STREAM_BYTES", 0)
-    n, c, m, h, w, k, s, group, lay = case
-    x, wt, b = _rand(n, c, h, w), _rand(m, c // group, k, k), _rand(m)
-    pad = k // 2
-    oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
-    attrs: dict[str, Any] = {"strides": [s, s], "pads": [pad] * 4, "dilations": [1, 1],
-                             "group": group}
-    plain = LayerSpec("p", "Conv", attrs, (_spec(x.shape), _spec(wt.shape), _spec(b.shape)),
-                      (_spec((n, m, oh, ow)),), REFERENCE)
-    want = _run(plain, [x, wt, b])
-    xin = to_blocked(x) if lay[0] == "b" else x
-    yshape = (n, -(-m // 16), oh, ow, 16)
-    ins, specs = [xin, wt, b], [_spec(xin.shape), _spec(wt.shape), _spec(b.shape)]
-    battrs = {**attrs, "layouts": ["nchw16c" if lay[0] == "b" else "nchw", "nchw16c"]}
-    if epilogue == "residual":
-        r = _rand(n, m, oh, ow)
-        ins.append(to_blocked(r))
-        specs.append(_spec(yshape))
-        want = np.maximum(want + r, 0)
-        battrs["epilogue"] = {"inputs": 1, "program": [
-            {"op": "Add", "in": [0, 1], "attrs": {}, "shape": list(yshape), "dtype": "float32"},
-            {"op": "Relu", "in": [2], "attrs": {}, "shape": list(yshape), "dtype": "float32"}]}
+    m = case[2]
+    battrs, specs, ins, yshape, want = _blocked_layer(case, epilogue)
     size = int(np.prod(yshape))
     raw = np.full(size + 16, np.nan, np.float32)
     start = (-raw.ctypes.data) % 64 // 4
     out = raw[start:start + size].reshape(yshape)
-    for tactic in [t.name for t in candidate_tactics(LayerSpec("b", "Conv", battrs,
-                                                                tuple(specs), (_spec(yshape),),
-                                                                None))]:
+    spec = LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), None)
+    for tactic in [t.name for t in candidate_tactics(spec)]:
         out[...] = np.nan
         bind_layer(LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), tactic))(
             ins, [out])

@@ -20,6 +20,7 @@ from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
+from pydla.backends.cpu.kernels.conv_fast.geometry import inside
 from pydla.backends.cpu.kernels.fast_pooling import PARALLEL_MIN, _applies_window
 from pydla.backends.cpu.kernels.pooling import _Windows
 from pydla.backends.cpu.registry import tactic
@@ -106,13 +107,8 @@ def max_rows(x: np.ndarray, y: np.ndarray, geo: np.ndarray, cols: np.ndarray,
 
 def _columns(w: int, ow: int, kw: int, sw: int, dw: int, left: int) -> np.ndarray:
     """(kw, 3): kernel column j reads input column first + q·sw for output q0 ≤ q < q1."""
-    out = np.zeros((kw, 3), np.int64)
-    for j in range(kw):
-        first = j * dw - left
-        q0 = max(0, -(first // sw))  # ceil(-first / sw)
-        q1 = min(ow, (w - 1 - first) // sw + 1) if w - 1 - first >= 0 else 0
-        out[j] = first, q0, max(q0, q1)
-    return out
+    return np.array([(j * dw - left, *inside(j * dw - left, ow, sw, w)) for j in range(kw)],
+                    np.int64).reshape(kw, 3)
 
 
 def _applies(spec: LayerSpec) -> bool:

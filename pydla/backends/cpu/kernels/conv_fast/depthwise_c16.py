@@ -163,16 +163,16 @@ def emit_blocked(ob: np.ndarray, p: int, y: np.ndarray, row: int, col0: int,
     (an output larger than the caches: ``streams``) the run is stored around the caches,
     from the epilogue's last scratch row, where the run is 64-byte aligned."""
     src = ob.reshape(-1)[:p * L]
-    dst = y.ctypes.data + (row * y.shape[1] + col0) * 4
-    if stream and dst % 64 == 0:
+    run = y[row, col0:col0 + p * L]
+    if stream and run.ctypes.data % 64 == 0:
         steps = code.shape[0]
         if steps:
             out = scratch[steps - 1, :p * L]
             run_epilogue_to(src, out, row, col0, code, prm, full0, full1, vecs, scratch)
             src = out
-        store_stream(src.ctypes.data, dst, p)
+        store_stream(src.ctypes.data, run.ctypes.data, p)
     elif code.shape[0] == 0:
-        y[row, col0:col0 + p * L] = src
+        run[:] = src
     else:
         run_epilogue(src, y, row, col0, code, prm, full0, full1, vecs, scratch)
 

@@ -51,7 +51,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     EpilogueArgs,
     native_epilogue,
 )
-from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d, inside
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum, tap_sum_one
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import kernel_call
@@ -213,13 +213,6 @@ def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.nd
                              full1, vecs, scratch[t], stream)
 
 
-def _inside(first: int, count: int, step: int, size: int) -> tuple[int, int]:
-    """[k0, k1): the k < count with 0 <= first + k·step < size (empty: (0, 0))."""
-    k0 = max(0, -(first // step))  # ceil(-first / step)
-    k1 = min(count, (size - 1 - first) // step + 1) if size - 1 - first >= 0 else 0
-    return (k0, k1) if k1 > k0 else (0, 0)
-
-
 class Columns:
     """The output columns' classes: class 0 uses every kernel column; each distinct run of
     kernel columns inside the image at the edges gets a class of its own."""
@@ -228,7 +221,7 @@ class Columns:
         runs: list[tuple[int, int]] = [(0, geo.kw)]
         cls = []
         for q in range(geo.ow):
-            run = _inside(q * geo.sw - geo.left, geo.kw, geo.dw, geo.w)
+            run = inside(q * geo.sw - geo.left, geo.kw, geo.dw, geo.w)
             if run not in runs:
                 runs.append(run)
             cls.append(runs.index(run))
@@ -249,7 +242,7 @@ class Columns:
 
 def kernel_rows(geo: Conv2d) -> np.ndarray:
     """(oh, 2): for each output row, the kernel rows [i0, i1) inside the image."""
-    return np.array([_inside(r * geo.sh - geo.top, geo.kh, geo.dh, geo.h)
+    return np.array([inside(r * geo.sh - geo.top, geo.kh, geo.dh, geo.h)
                      for r in range(geo.oh)], np.int64).reshape(geo.oh, 2)
 
 

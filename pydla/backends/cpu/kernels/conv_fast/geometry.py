@@ -123,3 +123,11 @@ def conv2d(spec: LayerSpec, blocked: bool = False) -> Conv2d | None:
         return None
     return Conv2d(n, c, h, wd, m, kh, kw, oh, ow, sh, sw, dh, dw, top, left, group,
                   b is not None, lay[0], lay[1])
+
+
+def inside(first: int, count: int, step: int, size: int) -> tuple[int, int]:
+    """[k0, k1): the k < count with 0 <= first + k·step < size — a window's taps inside an
+    image of ``size``, or the outputs a tap reaches (empty: (0, 0))."""
+    k0 = max(0, -(first // step))  # ceil(-first / step)
+    k1 = min(count, (size - 1 - first) // step + 1) if size - 1 - first >= 0 else 0
+    return (k0, k1) if k1 > k0 else (0, 0)

@@ -13,6 +13,7 @@ vectors, for a small constant matrix — Bᵀ and Aᵀ of the transforms.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from llvmlite import ir
@@ -127,6 +128,29 @@ def transpose16(typingctx, src, src_step, dst, dst_step, bias):  # type: ignore[
     return sig, codegen
 
 
+def _fma(builder: ir.IRBuilder) -> ir.Function:
+    return cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
+
+
+def _vec_at(builder: ir.IRBuilder, addr: ir.Value) -> ir.Value:
+    """A pointer to the 16 floats at byte address ``addr`` (an i64)."""
+    return builder.inttoptr(addr, _VEC.as_pointer())
+
+
+def _offset(builder: ir.IRBuilder, table: ir.Value, t: ir.Value) -> ir.Value:
+    """Entry t of the int64 table at byte address ``table``."""
+    addr = builder.add(table, builder.mul(t, ir.Constant(_I64, 8)))
+    return builder.load(builder.inttoptr(addr, _I64.as_pointer()))
+
+
+def _clamp(builder: ir.IRBuilder, value: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """value bounded to the float32 scalars [lo, hi]; NaN passes through."""
+    lo_v, hi_v = splat(builder, lo), splat(builder, hi)
+    value = builder.select(builder.fcmp_ordered("<", value, lo_v), lo_v, value)
+    return builder.select(builder.fcmp_ordered(">", value, hi_v), hi_v, value)
+
+
 def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
             clamp: bool = False, gather: bool = False) -> Callable[..., None]:
     """An intrinsic ``(src, pixel_step, offsets, weights, taps, bias, dst, dst_step)``
@@ -148,16 +172,11 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
     def make(sig):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             s, st, offs, w, n, b, d, ds = args[:8]
-            fma = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
-
-            def vec(addr):  # type: ignore[no-untyped-def]
-                return builder.inttoptr(addr, _VEC.as_pointer())
-
+            fma = _fma(builder)
+            vec = functools.partial(_vec_at, builder)
             if gather:
-                bases = [builder.add(s, builder.load(builder.inttoptr(
-                    builder.add(st, ir.Constant(_I64, 8 * p)), _I64.as_pointer())))
-                    for p in range(pixels)]
+                bases = [builder.add(s, _offset(builder, st, ir.Constant(_I64, p)))
+                         for p in range(pixels)]
             else:
                 bases = [builder.add(s, builder.mul(st, ir.Constant(_I64, p)))
                          for p in range(pixels)]
@@ -177,8 +196,7 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
                     phi = builder.phi(_VEC)
                     phi.add_incoming(starts[k], entry)
                     accs.append(phi)
-            off = builder.load(builder.inttoptr(
-                builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))), _I64.as_pointer()))
+            off = _offset(builder, offs, t)
             row = builder.add(w, builder.mul(t, ir.Constant(_I64, 64 * blocks)))
             wvs = [builder.load(vec(builder.add(row, ir.Constant(_I64, 64 * k))), align=4)
                    for k in range(blocks)]
@@ -201,17 +219,13 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
                 phi.add_incoming(value, loop)
             builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
             builder.position_at_end(done)
-            lo = hi = None
-            if clamp:
-                lo, hi = (splat(builder, v) for v in args[8:10])
             for p in range(pixels):
                 for k in range(blocks):
                     at = builder.add(builder.add(d, builder.mul(ds, ir.Constant(_I64, k))),
                                      ir.Constant(_I64, 64 * p))
                     value = new[p * blocks + k]
-                    if lo is not None and hi is not None:
-                        value = builder.select(builder.fcmp_ordered("<", value, lo), lo, value)
-                        value = builder.select(builder.fcmp_ordered(">", value, hi), hi, value)
+                    if clamp:
+                        value = _clamp(builder, value, args[8], args[9])
                     builder.store(value, vec(at), align=4)
             return context.get_dummy_value()
 
@@ -232,11 +246,6 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
     return apply  # type: ignore[no-any-return]
 
 
-def _fma(builder: ir.IRBuilder) -> ir.Function:
-    return cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
-
-
 @intrinsic
 def tap_sum_one(typingctx, src, step, offsets, weights, taps, bias, dst, dst_step, lo, hi):  # type: ignore[no-untyped-def]
     """``tap_sum(1, clamp=True)`` for one pixel, its taps spread over four accumulators
@@ -248,18 +257,14 @@ def tap_sum_one(typingctx, src, step, offsets, weights, taps, bias, dst, dst_ste
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         s, _, offs, w, n, b, d, _, low, high = args
         fma = _fma(builder)
-
-        def vec(addr):  # type: ignore[no-untyped-def]
-            return builder.inttoptr(addr, _VEC.as_pointer())
-
+        vec = functools.partial(_vec_at, builder)
         accs = [cgutils.alloca_once(builder, _VEC) for _ in range(4)]
         builder.store(builder.load(vec(b), align=4), accs[0])
         for acc in accs[1:]:
             builder.store(ir.Constant(_VEC, [0.0] * LANES), acc)
 
         def tap(t: ir.Value, acc: ir.Value) -> None:
-            off = builder.load(builder.inttoptr(
-                builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))), _I64.as_pointer()))
+            off = _offset(builder, offs, t)
             wv = builder.load(vec(builder.add(w, builder.mul(t, ir.Constant(_I64, 64)))),
                               align=4)
             x = builder.load(vec(builder.add(s, off)), align=4)
@@ -278,10 +283,7 @@ def tap_sum_one(typingctx, src, step, offsets, weights, taps, bias, dst, dst_ste
                       lambda j: tap(builder.add(first, j), accs[0]), "rest")
         a = [builder.load(acc) for acc in accs]
         value = builder.fadd(builder.fadd(a[0], a[1]), builder.fadd(a[2], a[3]))
-        lo_v, hi_v = splat(builder, low), splat(builder, high)
-        value = builder.select(builder.fcmp_ordered("<", value, lo_v), lo_v, value)
-        value = builder.select(builder.fcmp_ordered(">", value, hi_v), hi_v, value)
-        builder.store(value, vec(d), align=4)
+        builder.store(_clamp(builder, value, low, high), vec(d), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -300,10 +302,7 @@ def tap_max(pixels: int) -> Callable[..., None]:
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             s, st, offs, n, d = args
-
-            def vec(addr):  # type: ignore[no-untyped-def]
-                return builder.inttoptr(addr, _VEC.as_pointer())
-
+            vec = functools.partial(_vec_at, builder)
             bases = [builder.add(s, builder.mul(st, ir.Constant(_I64, p)))
                      for p in range(pixels)]
             accs = [cgutils.alloca_once(builder, _VEC) for _ in range(pixels)]
@@ -311,9 +310,7 @@ def tap_max(pixels: int) -> Callable[..., None]:
                 builder.store(ir.Constant(_VEC, [float("-inf")] * LANES), acc)
 
             def tap(t: ir.Value) -> None:
-                off = builder.load(builder.inttoptr(
-                    builder.add(offs, builder.mul(t, ir.Constant(_I64, 8))),
-                    _I64.as_pointer()))
+                off = _offset(builder, offs, t)
                 for base, acc in zip(bases, accs):
                     x = builder.load(vec(builder.add(base, off)), align=4)
                     a = builder.load(acc)
@@ -610,9 +607,8 @@ def store_stream(typingctx, src, dst, count):  # type: ignore[no-untyped-def]
 
         def body(j: ir.Value) -> None:
             off = builder.mul(j, ir.Constant(_I64, 64))
-            v = builder.load(builder.inttoptr(builder.add(s, off), _VEC.as_pointer()), align=4)
-            store = builder.store(v, builder.inttoptr(builder.add(d, off), _VEC.as_pointer()),
-                                  align=64)
+            v = builder.load(_vec_at(builder, builder.add(s, off)), align=4)
+            store = builder.store(v, _vec_at(builder, builder.add(d, off)), align=64)
             store.set_metadata("nontemporal", hint)
 
         _counted_loop(builder, n, body, "stream")
