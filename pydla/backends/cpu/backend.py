@@ -10,7 +10,7 @@ import numpy as np
 
 from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
-from pydla.backends.cpu import threads
+from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder
 from pydla.backends.cpu.steps import prebind
@@ -134,9 +134,14 @@ class CpuProgram:
                 buf = self.arena[t.offset:t.offset + t.nbytes]
                 self.views.append(buf.view(t.dtype.np).reshape(t.shape))
         self.steps: list[tuple[RunFn, list[np.ndarray | None], list[np.ndarray]]] = []
+        # The layers' scratch: one buffer they all share (pydla.backends.cpu.workspace),
+        # allocated once every layer is bound, before the kernels are prebound on it.
+        self.workspace = workspace.Workspace()
         for layer in program.layers:
+            self.workspace.next_layer()
             try:
-                run = bind_layer(_spec(program, layer))
+                with workspace.sharing(self.workspace):
+                    run = bind_layer(_spec(program, layer))
             except PydlaError as e:
                 raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): {e}") from e
             except (KeyError, TypeError, ValueError, IndexError) as e:

@@ -213,12 +213,13 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     acc = np.zeros((nthreads, p), np.float32)
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, p)
     zeros = np.zeros(geo.m, np.float32)
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        scratch = args.scratch.array
         call = kernel_call(depthwise, x, w.reshape(geo.m, geo.kh, geo.kw),
                            bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
                            geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,

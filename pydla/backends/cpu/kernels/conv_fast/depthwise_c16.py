@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -70,6 +71,8 @@ def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left:
             while k + L <= n:
                 transpose16(src + k * 4, h * w * 4, flat.ctypes.data + k * L * 4, L * 4, 0)
                 k += L
+        if nl < L:  # lanes past the last channel (scratch holds other layers' data)
+            flat[:n, nl:] = 0
         for lane in range(nl):
             plane = x[img, c0 + lane].reshape(-1)
             for p in range(k, n):
@@ -238,10 +241,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     band = _band(geo, cols, nthreads)
     rows_in = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
     blocks = -(-geo.m // L)
-    stage = np.zeros((nthreads, rows_in, cols, L), np.float32)
-    flat = np.zeros((nthreads, rows_in * geo.w, L), np.float32)  # _stage's transposes
-    obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
-    acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, rows_in, cols, L),  # stage
+        (nthreads, rows_in * geo.w, L),  # flat: _stage's transposes
+        (nthreads, band * geo.ow, L),  # obuf
+        (nthreads, band * geo.ow * L))]  # acc
     offs = np.array([(i * geo.dh * cols + j * geo.dw) * L * 4
                      for i in range(geo.kh) for j in range(geo.kw)], np.int64)
     wp = np.zeros((blocks, geo.kh * geo.kw, L), np.float32)
@@ -251,7 +255,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                         band * geo.ow * (L if local else 1))
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def pack(w: np.ndarray) -> None:
         flat = np.zeros((blocks * L, geo.kh * geo.kw), np.float32)
@@ -264,10 +268,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        stage, flat, obuf, acc = (s.array for s in work)
         y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
         call = kernel_call(depthwise_c16, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw, geo.dh,
                            geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat, obuf,
-                           acc, code, prm, full0, full1, vecs, scratch, local)
+                           acc, code, prm, full0, full1, vecs, args.scratch.array, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

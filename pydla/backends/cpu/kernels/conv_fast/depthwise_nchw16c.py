@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -279,7 +280,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     blocks = -(-geo.m // L)
     ntaps = geo.kh * geo.kw
     lim = kernel_rows(geo)
-    obuf = np.zeros((nthreads, band * geo.ow, L), np.float32)
+    obuf = workspace.scratch((nthreads, band * geo.ow, L))
     wt = np.zeros((blocks, len(cols.runs), ntaps, L), np.float32)
     bp = np.zeros((blocks, L), np.float32)
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, band * geo.ow * L)
@@ -287,17 +288,17 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     bounds = np.array([*(clamp or (0.0, 0.0)), 1.0 if clamp else 0.0], np.float32)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
     if staged(geo):
         span = (band - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
         width = (geo.ow - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
-        stage = np.zeros((nthreads, span, width, L), np.float32)
+        stage = workspace.scratch((nthreads, span, width, L))
         rel = np.array([(r * geo.sh * width + q * geo.sw) * _VEC
                         for r in range(band) for q in range(geo.ow)], np.int64)
         soffs = np.array([(i * geo.dh * width + j * geo.dw) * _VEC
                           for i in range(geo.kh) for j in range(geo.kw)], np.int64)
     else:
-        stage, rel, soffs = np.zeros((1, 1, 1, L), np.float32), _NONE, _NONE
+        stage, rel, soffs = workspace.scratch((1, 1, 1, L)), _NONE, _NONE
 
     def pack(w: np.ndarray) -> None:
         full = np.zeros((blocks * L, geo.kh, geo.kw), np.float32)
@@ -315,8 +316,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         call = kernel_call(depthwise_nchw16c, x, wt, bp, cols.offs, cols.widths, cols.cls, lim,
                            out_rows(outputs[0], geo.n * blocks, geo.pixels * L), geo.sh, geo.sw,
                            geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb, band, nthreads,
-                           obuf, code, prm, full0, full1, vecs, scratch, bounds, geo.kh, geo.dh,
-                           stage, rel, soffs, streams(spec.outputs[0].shape))
+                           obuf.array, code, prm, full0, full1, vecs, args.scratch.array, bounds,
+                           geo.kh, geo.dh, stage.array, rel, soffs, streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

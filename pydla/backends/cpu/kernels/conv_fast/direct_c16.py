@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -166,9 +167,10 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     g = max(d for d in (1, 2, 3, 4) if blocks % d == 0)  # blocks per group, none wasted
     groups = blocks // g
     k = geo.c * geo.kh * geo.kw
-    stage = np.zeros((nthreads, geo.c, rows_in, cols), np.float32)
-    obuf = np.zeros((nthreads, g, band * geo.ow, L), np.float32)
-    acc = np.zeros((nthreads, band * geo.ow * L), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, geo.c, rows_in, cols),  # stage
+        (nthreads, g, band * geo.ow, L),  # obuf
+        (nthreads, band * geo.ow * L))]  # acc
     offs = np.array([((ci * rows_in + i * geo.dh) * cols + j * geo.dw) * 4
                      for ci in range(geo.c) for i in range(geo.kh) for j in range(geo.kw)],
                     np.int64)
@@ -181,7 +183,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     y_shape = (geo.n * blocks, geo.pixels * L) if blocked else (geo.n * geo.m, geo.pixels)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def pack(w: np.ndarray) -> None:
         flat = np.zeros((blocks * L, k), np.float32)
@@ -195,9 +197,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        stage, obuf, acc = (s.array for s in work)
         call = kernel_call(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
                            geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
-                           nthreads, stage, obuf, acc, code, prm, full0, full1, vecs, scratch,
+                           nthreads, stage, obuf, acc, code, prm, full0, full1, vecs,
+                           args.scratch.array,
                            local, geo.m, blocked, blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)

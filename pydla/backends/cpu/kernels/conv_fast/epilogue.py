@@ -22,6 +22,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from pydla.backends.base import LayerSpec
+from pydla.backends.cpu import workspace
 
 # Opcodes. Unary ops read operand a; binary ops read a and b.
 RELU, CLIP, LEAKY_RELU, SIGMOID, HARD_SIGMOID, HARD_SWISH, SWISH = 1, 2, 3, 4, 5, 6, 7
@@ -316,8 +317,9 @@ class EpilogueArgs:
         self.vecs = np.zeros((max(1, len(epi.vec)), self.nc), np.float32)
         self._vec_views = [(pos, self.vecs[j].reshape(n, c), shape)
                            for j, (pos, shape) in enumerate(epi.vec)]
-        # Scratch per thread: one row per step result and two for broadcast operands.
-        self.scratch = np.zeros((threads, epi.steps + 2, max(1, rows)), np.float32)
+        # Scratch per thread: one row per step result and two for broadcast operands
+        # (``.array`` when the layer is prebound: the program's workspace).
+        self.scratch = workspace.scratch((threads, epi.steps + 2, max(1, rows)))
 
     def fulls(self, inputs: Sequence[np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
         """(full0, full1): views of this layer's full-shape registers (dummies if unused)."""

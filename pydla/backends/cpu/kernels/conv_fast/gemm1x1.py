@@ -191,12 +191,13 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     strided = geo.sh != 1 or geo.sw != 1
     xs = np.zeros((geo.n, c, geo.oh, geo.ow) if strided else (1, 1, 1, 1), np.float32)
     weights = Derived(lambda w: pack_weights(w.reshape(m, c), ap))
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        scratch = args.scratch.array
         call = kernel_call(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
                            out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
                            nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)

@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -242,9 +243,10 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     pb = split(geo.n, p, strips, nthreads, mr)
     bp = np.zeros((strips, k, NR), np.float32)
     bias = np.zeros(strips * NR, np.float32)
-    rag = np.zeros((nthreads, k * MR), np.float32)
-    stage = np.zeros((nthreads, 2, pb, L), np.float32)
-    acc = np.zeros((nthreads, pb * L), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, k * MR),  # rag
+        (nthreads, 2, pb, L),  # stage
+        (nthreads, pb * L))]  # acc
     strided = geo.sh != 1 or geo.sw != 1
     xs = np.zeros(geo.n * k * p if strided else 0, np.float32)
     local = not epi.full and not epi.vec
@@ -253,7 +255,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     y_shape = (geo.n * mb, p * L) if geo.y_blocked else (geo.n * geo.m, p)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def pack(w: np.ndarray) -> None:
         wt = np.zeros((k, strips * NR), np.float32)
@@ -266,9 +268,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        rag, stage, acc = (s.array for s in work)
         call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
                            out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
-                           rag, stage, acc, code, prm, full0, full1, vecs, scratch, local, mr, xs,
+                           rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
+                           local, mr, xs,
                            geo.h, geo.w, geo.sh, geo.sw, geo.ow,
                            geo.y_blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)

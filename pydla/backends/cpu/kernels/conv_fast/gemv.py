@@ -141,7 +141,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     bp = np.zeros(m, np.float32)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def pack(w: np.ndarray) -> None:
         wp[:geo.m] = w.reshape(geo.m, geo.c)
@@ -152,6 +152,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        scratch = args.scratch.array
         call = kernel_call(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, acc,
                            out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
                            code, prm, full0, full1, vecs, scratch)

@@ -184,12 +184,13 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, chunk * NR)
     zeros = np.zeros(geo.m, np.float32)
     filters = Derived(lambda w: pack_filters(w.reshape(geo.m, k), geo.group, ap))
-    code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
+    code, prm, vecs = epi.code, epi.prm, args.vecs
 
     def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
+        scratch = args.scratch.array
         split_call = kernel_call(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
                                  wq, nthreads)
         gemm_call = kernel_call(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),

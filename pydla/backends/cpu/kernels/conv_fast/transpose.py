@@ -161,7 +161,7 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
         call = kernel_call(upsample_gemm, x, ap, zeros if b is None else b.reshape(-1),
                            out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
                            geo.kh, geo.kw, band, nthreads, bp, edge, acc, stage, epi.code,
-                           epi.prm, full0, full1, args.vecs, args.scratch)
+                           epi.prm, full0, full1, args.vecs, args.scratch.array)
         return weights.before(w, with_registers(call, args, inputs))
 
     return runner(prepare)

@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -95,6 +96,8 @@ def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int) 
             continue
         dst[:lo, :] = 0
         dst[hi:, :] = 0
+        if c < cv:  # lanes past the last channel (scratch holds other layers' data)
+            dst[lo:hi, c:] = 0
         for cb in range(0, blocks, LANES):
             for col in range(0, cols, LANES):
                 transpose16(x.ctypes.data + ((cb * h + ih) * w + col) * 4, h * w * 4,
@@ -339,16 +342,16 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
         rows = th if split > 1 else chunk_rows(th, tw, geo.n, nthreads)
         up = np.zeros((s, packed_b_size(geo.c, geo.m)), np.float32)
         cv, mv = vectors(geo.c), -(-geo.m // NR) * NR
-        band = np.zeros((nthreads, m * rows + 2, m * tw + 2, cv), np.float32)
-        v = np.zeros((nthreads, s * plane(rows * tw, cv)), np.float32)
-        prod = np.zeros((nthreads, s * plane(rows * tw, mv)), np.float32)
-        edge = np.zeros((nthreads, MR * NR), np.float32)
-        out = np.zeros((nthreads, m * rows, m * tw, mv), np.float32)
-        tmp = np.zeros((nthreads, s * LANES), np.float32)
-        acc = np.zeros((nthreads, LANES, m * rows * geo.ow), np.float32)
+        work = [workspace.scratch(shape) for shape in (
+            (nthreads, m * rows + 2, m * tw + 2, cv),  # band
+            (nthreads, s * plane(rows * tw, cv)),  # v
+            (nthreads, s * plane(rows * tw, mv)),  # prod
+            (nthreads, m * rows, m * tw, mv),  # out
+            (nthreads, s * LANES),  # tmp
+            (nthreads, MR * NR),  # edge
+            (nthreads, LANES, m * rows * geo.ow))]  # acc
         args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, m * rows * geo.ow)
         zeros = np.zeros(geo.m, np.float32)
-        code, prm, vecs, scratch = epi.code, epi.prm, args.vecs, args.scratch
         filters = Derived(lambda w: filter_transform(w, gmat, up))
 
         def prepare(inputs: Sequence[np.ndarray | None],
@@ -358,8 +361,9 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             full0, full1 = args.fulls(inputs)
             call = kernel_call(winograd_conv, x, up, bias_of(inputs, geo, zeros),
                                out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
-                               geo.left, geo.oh, geo.ow, th, tw, rows, nthreads, band, v, prod, out,
-                               tmp, edge, acc, code, prm, full0, full1, vecs, scratch, split)
+                               geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
+                               *(a.array for a in work), epi.code, epi.prm, full0, full1,
+                               args.vecs, args.scratch.array, split)
             return filters.before(w, with_registers(call, args, inputs))
 
         return runner(prepare)
