@@ -78,13 +78,15 @@ def _bias_only(bp: np.ndarray, blk: int, out: np.ndarray, at: int, lo: np.float3
 
 
 @njit(inline="always", error_model="numpy")
-def _stage(x: np.ndarray, img: int, blk: int, iy0: int, rows: int, left: int,
-           st: np.ndarray) -> None:
-    """st[r, q] = x[img, blk, iy0 + r, q - left] (16 channels), zero outside the image."""
-    h, w = x.shape[2], x.shape[3]
+def stage_blocked(x: np.ndarray, img: int, blk: int, iy0: int, rows: int, left: int,
+                  st: np.ndarray) -> None:
+    """st[r, q] = x[img, blk, iy0 + r, q - left] (16 channels), zero outside the image;
+    x is (n, blocks, h, w, 16) or, flattened, (n, blocks, h, w·16)."""
+    h = x.shape[2]
     cols = st.shape[1]
-    width = min(w, cols - left)
     sf, plane = st.reshape(-1), x[img, blk].reshape(-1)
+    w = plane.size // (h * L)
+    width = min(w, cols - left)
     line = cols * L
     for r in range(rows):
         iy = iy0 + r
@@ -167,8 +169,8 @@ def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.nd
             w0 = wt.ctypes.data + blk * classes * ntaps * _VEC
             b0 = bp.ctypes.data + blk * _VEC
             if staged:
-                _stage(x, img, blk, r0 * sh - top, (r1 - r0 - 1) * sh + (kh - 1) * dh + 1,
-                       left, st)
+                stage_blocked(x, img, blk, r0 * sh - top,
+                              (r1 - r0 - 1) * sh + (kh - 1) * dh + 1, left, st)
                 _staged_band(st, rel, soffs, w0, b0, out.ctypes.data + at0 * 4,
                              (r1 - r0) * ow, lo, hi)
             for r in range(r0 if not staged else r1, r1):

@@ -46,6 +46,7 @@ from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import (
     emit_blocked,
     streams,
 )
+from pydla.backends.cpu.kernels.conv_fast.depthwise_nchw16c import stage_blocked
 from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     KC,
@@ -62,27 +63,6 @@ from pydla.backends.cpu.steps import kernel_call
 PIXELS = 192  # output pixels per band (a K slice of their windows stays in L2)
 STAGE_BYTES = 768 * 1024  # a band's staged input (all channel blocks), kept in L2
 MIN_K = 64  # c·kh·kw below this: direct_c16's broadcast loop is the better kernel
-
-
-@njit(inline="always", error_model="numpy")
-def _stage_blocked(x: np.ndarray, img: int, blk: int, iy0: int, rows: int, left: int,
-                   st: np.ndarray) -> None:
-    """st[r, q, :] = block ``blk`` of x (n, ⌈c/16⌉, h, w·16) at row iy0 + r, column
-    q - left; zero outside the image."""
-    h, w = x.shape[2], x.shape[3] // L
-    sf = st.reshape(-1)
-    line = st.shape[1] * L
-    width = min(w, st.shape[1] - left)
-    src = x[img, blk]
-    for r in range(rows):
-        iy = iy0 + r
-        row = sf[r * line:(r + 1) * line]
-        if iy < 0 or iy >= h:
-            row[:] = 0
-            continue
-        row[:left * L] = 0
-        row[(left + width) * L:] = 0
-        row[left * L:(left + width) * L] = src[iy, :width * L]
 
 
 @njit(inline="always")
@@ -141,7 +121,7 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
             span = (nrows - 1) * sh + reach
             for blk in range(kb):
                 if x_blocked:
-                    _stage_blocked(x, img, blk, r0 * sh - top, span, left, st[blk])
+                    stage_blocked(x, img, blk, r0 * sh - top, span, left, st[blk])
                 else:
                     _stage(x, img, blk * L, min(L, c - blk * L), r0 * sh - top, span, left,
                            st[blk], flat[t])
