@@ -4,7 +4,8 @@ onnxruntime keeps a MobileNet's activations in blocks of channels (NCHWc) from l
 layer, so that kernels computing 16 channels per vector need no transposes. The builder
 does the same where pydla has blocked kernels: depthwise convolutions, 1×1 convolutions
 (strided ones gather their pixels), stems with few input channels (planar in, blocked
-out), and the pointwise
+out), other strided convolutions (taps_nchw16c; at stride 1 a 3×3 layer stays planar for
+Winograd), and the pointwise
 layers (residual adds, squeeze-excitation scaling), max pools and global average pools
 between them.
 ``Reorder`` layers convert at a region's edges; blocked tensors have their physical 5-D
@@ -12,10 +13,11 @@ shape in the IR and the loadable, so memory planning needs nothing new, and the 
 info shows each Conv's ``layouts`` and every Reorder.
 
 A region is blocked if it holds a depthwise convolution, or if its 1×1 convolutions save
-more than the reorders at its edges cost (``_pointwise_gain``): ResNet-50's bottlenecks —
-1×1 layers chained through their residual adds, the 3×3 layers between them planar
-(Winograd and taps_c16 read NCHW) with a reorder on either side — ran 8 % faster so at
-batch 1, while YOLO's lone 1×1 layers between concatenations stay planar.
+more than the reorders at its edges cost (``_pointwise_gain``; a strided convolution saves
+taps_c16's transposes of its input and output): ResNet-50's bottlenecks — 1×1 layers
+chained through their residual adds, the stride-1 3×3 layers between them planar
+(Winograd reads NCHW) with a reorder on either side — ran 8 % faster so at batch 1, while
+YOLO's lone 1×1 layers between concatenations stay planar.
 
 Lanes past the last channel of a block are never read as data: producers write finite
 values there (zero weights and bias, then the epilogue; Reorder writes zero), consumers'
@@ -40,6 +42,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import (
     blocked_shape,
     inside,
 )
+from pydla.backends.cpu.kernels.conv_fast.taps_c16 import MIN_K as TAPS_MIN_K
 from pydla.dtypes import DType
 from pydla.ir import Graph, Node, Value
 from pydla.passes import PassContext
@@ -86,7 +89,8 @@ def _epilogue_ok(node: Node, out: Value) -> bool:
 
 
 def _conv_role(node: Node) -> str | None:
-    """'depthwise', 'pointwise' (1×1) or 'stem' for a Conv the blocked kernels run."""
+    """'depthwise', 'pointwise' (1×1), 'stem' or 'conv' (strided) for a Conv the blocked
+    kernels run."""
     x, w, out = node.inputs[0], node.inputs[1], node.outputs[0]
     if (x is None or w is None or x.is_const or not w.is_const or len(x.shape) != 4
             or len(w.shape) != 4
@@ -109,6 +113,11 @@ def _conv_role(node: Node) -> str | None:
     if x.shape[1] * kh * kw <= MAX_STEM_K and m >= MIN_STEM_CHANNELS and (
             x.producer is None or _role(x.producer) is None):
         return "stem"
+    # A strided convolution (taps_nchw16c): at stride 1 a 3×3 layer's better kernel is
+    # Winograd, which reads and writes planes.
+    strides = [int(v) for v in a.get("strides") or (1, 1)]
+    if strides != [1, 1] and x.shape[1] * kh * kw >= TAPS_MIN_K:
+        return "conv"
     return None
 
 
@@ -217,13 +226,15 @@ def _pointwise_gain(graph: Graph, members: list[Node], roles: dict[int, str],
     ≈ 5 values a nanosecond."""
     inside = {id(n) for n in members}
     outputs = {id(v) for v in graph.outputs}
-    macs = 0
+    macs = transposed = 0
     edges: dict[int, int] = {}  # id(value) → values reordered at the region's edge
     for node in members:
         role = roles[id(node)]
         if role == "pointwise":
             x, out = node.inputs[0], node.outputs[0]
             macs += out.size * x.shape[1]  # type: ignore[union-attr]
+        elif role == "conv":  # taps_c16 transposes its input and output, taps_nchw16c not
+            transposed += node.inputs[0].size + node.outputs[0].size  # type: ignore[union-attr]
         for i in _reads_blocked(node, role):
             v = node.inputs[i]
             if v is not None and (v.producer is None or id(v.producer) not in inside):
@@ -231,7 +242,7 @@ def _pointwise_gain(graph: Graph, members: list[Node], roles: dict[int, str],
         out = node.outputs[0]
         if id(out) in outputs or any(id(u) not in inside for u in users.get(id(out), [])):
             edges[id(out)] = out.size
-    return macs * MAC_SAVED_NS - sum(edges.values()) * REORDER_NS
+    return macs * MAC_SAVED_NS + (transposed - sum(edges.values())) * REORDER_NS
 
 
 def _drop_islands(graph: Graph, chosen: dict[int, str],

@@ -38,7 +38,8 @@ RNG = np.random.default_rng(5)
 FAST = ("gemm1x1", "gemm_c16", "gemv", "depthwise", "depthwise_c16", "direct_c16",
         "winograd4", "winograd2", "im2col", "taps_c16")
 # The channel-blocked layout's tactics (pydla.plan.layouts; tests/unit/test_layouts.py).
-BLOCKED = ("gemm_nchw16c", "depthwise_nchw16c", "direct_nchw16c", "gemv_nchw16c")
+BLOCKED = ("gemm_nchw16c", "depthwise_nchw16c", "direct_nchw16c", "gemv_nchw16c",
+           "taps_nchw16c")
 
 
 def _tol(tactic: str) -> float:
