@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Thunk,
     bias_of,
@@ -207,10 +208,12 @@ def applies(spec: LayerSpec) -> bool:
 def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     p = geo.pixels
     wq, size = layout(geo)
+    # The phase planes' borders are zeroed once, here, and never written: not scratch.
     planes = np.zeros((nthreads, geo.sh * geo.sw, size), np.float32)
     used = np.ones(geo.sh * geo.sw, np.bool_)
-    grid = np.zeros((nthreads, geo.oh * wq), np.float32)
-    acc = np.zeros((nthreads, p), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, geo.oh * wq),  # grid
+        (nthreads, p))]  # acc
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, p)
     zeros = np.zeros(geo.m, np.float32)
     code, prm, vecs = epi.code, epi.prm, args.vecs
@@ -220,6 +223,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
+        grid, acc = (s.array for s in work)
         call = kernel_call(depthwise, x, w.reshape(geo.m, geo.kh, geo.kw),
                            bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
                            geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,

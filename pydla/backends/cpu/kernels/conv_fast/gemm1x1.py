@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -182,14 +183,15 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     staged = epi.steps > 0 or m % MR != 0  # as in the kernel
     rows, cols = blocks(m, p, c, geo.n, nthreads, staged)
     ap = np.zeros(packed_a_size(m, c), np.float32)
-    bp = np.zeros((nthreads, _up(cols, NR) * c), np.float32)
-    edge = np.zeros((nthreads, MR * NR), np.float32)
-    acc = np.zeros((nthreads, rows * cols if staged else 1), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, _up(cols, NR) * c),  # bp: packed strips of X
+        (nthreads, MR * NR),  # edge
+        (nthreads, rows * cols if staged else 1))]  # acc
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, cols)
     zeros = np.zeros(m, np.float32)
     offs = np.arange(c, dtype=np.int64) * (p * 4)  # the channels' rows, in bytes
     strided = geo.sh != 1 or geo.sw != 1
-    xs = np.zeros((geo.n, c, geo.oh, geo.ow) if strided else (1, 1, 1, 1), np.float32)
+    gathered = workspace.scratch((geo.n, c, geo.oh, geo.ow) if strided else (1, 1, 1, 1))
     weights = Derived(lambda w: pack_weights(w.reshape(m, c), ap))
     code, prm, vecs = epi.code, epi.prm, args.vecs
 
@@ -198,6 +200,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
+        bp, edge, acc = (s.array for s in work)
+        xs = gathered.array
         call = kernel_call(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
                            out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
                            nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -133,7 +134,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     parallel = nthreads > 1 and m * geo.c >= GEMV_PARALLEL_MIN
     kernel = gemv_par if parallel else gemv_seq
     threads_used = nthreads if parallel else 1
-    acc = np.zeros((geo.n, m, geo.pixels), np.float32)
+    work = workspace.scratch((geo.n, m, geo.pixels))
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, threads_used,
                         m * geo.pixels if local else geo.pixels)
@@ -153,7 +154,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
-        call = kernel_call(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, acc,
+        call = kernel_call(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, work.array,
                            out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
                            code, prm, full0, full1, vecs, scratch)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)

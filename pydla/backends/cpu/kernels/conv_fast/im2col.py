@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -176,11 +177,13 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     chunk, mblock = blocks(geo, grid, nthreads)
     # NR floats of slack: the last strip reads its columns up to a whole strip.
     count = geo.n * geo.c * phases * size
+    # The phase planes' borders are zeroed once, here, and never written: not scratch.
     planes = np.zeros(count + NR, np.float32)[:count].reshape(geo.n, geo.c, phases, size)
     ap = np.zeros(geo.group * packed_a_size(mg, k), np.float32)
-    edge = np.zeros((nthreads, MR * NR), np.float32)
     msub = min(mblock, max(MR, STAGED_FLOATS // (chunk * NR) // MR * MR))
-    acc = np.zeros((nthreads, msub * chunk * NR), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, MR * NR),  # edge
+        (nthreads, msub * chunk * NR))]  # acc
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, chunk * NR)
     zeros = np.zeros(geo.m, np.float32)
     filters = Derived(lambda w: pack_filters(w.reshape(geo.m, k), geo.group, ap))
@@ -191,6 +194,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
+        edge, acc = (s.array for s in work)
         split_call = kernel_call(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
                                  wq, nthreads)
         gemm_call = kernel_call(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),

@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
-from pydla.backends.cpu import threads
+from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -143,11 +143,12 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
     band = min(band, geo.h)
     cols = band * geo.w
     ap = np.zeros(packed_a_size(mz, geo.c), np.float32)
-    bp = np.zeros((nthreads, -(-cols // NR) * NR * geo.c), np.float32)
-    edge = np.zeros((nthreads, MR * NR), np.float32)
-    acc = np.zeros((nthreads, mz * cols), np.float32)
     ow = geo.w * geo.kw
-    stage = np.zeros((nthreads, ow), np.float32)
+    work = [workspace.scratch(shape) for shape in (
+        (nthreads, -(-cols // NR) * NR * geo.c),  # bp
+        (nthreads, MR * NR),  # edge
+        (nthreads, mz * cols),  # acc
+        (nthreads, ow))]  # stage
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, ow)
     zeros = np.zeros(geo.m, np.float32)
     # W (c, m·kh·kw) transposed: rows of the product are (channel, tap).
@@ -160,7 +161,7 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
         full0, full1 = args.fulls(inputs)
         call = kernel_call(upsample_gemm, x, ap, zeros if b is None else b.reshape(-1),
                            out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
-                           geo.kh, geo.kw, band, nthreads, bp, edge, acc, stage, epi.code,
+                           geo.kh, geo.kw, band, nthreads, *(s.array for s in work), epi.code,
                            epi.prm, full0, full1, args.vecs, args.scratch.array)
         return weights.before(w, with_registers(call, args, inputs))
 
