@@ -11,7 +11,10 @@ onnxruntime gets as many intra-op threads as there are cores and every graph opt
     python -m benchmarks.cpu_suite --models resnet50 crnn --batches 1 --quick
 
 Prints a table (model, batch, pydla ms, ort ms, ratio) with the geometric mean of the
-ratios per batch size, and writes benchmarks/results/cpu_suite.json.
+ratios per batch size, and writes benchmarks/results/cpu_suite.json. Each row records the
+one-way latency between the two CPUs before and after its timing (benchmarks/core_latency.c,
+built with gcc where there is one): on a shared VM it tells which of the machine's two
+states the row was timed in.
 
 Where the environment pins OpenBLAS to older kernels (OPENBLAS_CORETYPE, set on some
 machines for old OpenBLAS builds), pydla's GEMMs run at about half this machine's speed;
@@ -92,6 +95,32 @@ def cold_start(data: bytes, feeds: dict[str, np.ndarray], workdir: Path) -> dict
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def latency_probe(workdir: Path) -> Path | None:
+    """benchmarks/core_latency.c built into ``workdir`` (None without gcc or two CPUs)."""
+    if threads.cores() < 2:
+        return None
+    exe = workdir / "core_latency"
+    try:
+        subprocess.run(["gcc", "-O2", "-pthread", str(ROOT / "benchmarks" / "core_latency.c"),
+                        "-o", str(exe)], check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return exe
+
+
+def core_latency_ns(probe: Path | None) -> float | None:
+    """The one-way latency between CPUs 0 and 1 now: the machine's state (50-170 ns where
+    the two vCPUs share a cache, 250-700 where not; docs/cpu-performance.md)."""
+    if probe is None:
+        return None
+    try:
+        done = subprocess.run([str(probe)], capture_output=True, text=True, timeout=60,
+                              check=True)
+        return float(done.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
 def bench_one(name: str, batch: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     model, feeds = SUITE[name](batch)
     model_bytes = model.SerializeToString()
@@ -114,12 +143,14 @@ def bench_one(name: str, batch: int, args: argparse.Namespace, workdir: Path) ->
     for attempt in range(1, args.attempts + 1):
         if args.settle:
             row["idle_before"] = wait_for_idle(args.settle)
+        before = core_latency_ns(args.probe)
         times, load = others_load(lambda: alternate(
             {"pydla": lambda: bound.execute(inputs, outs),
              "ort": lambda: session.run(None, feeds)},
             min_runs=args.runs, min_seconds=args.seconds))
         if best is None or (load is not None and best[1] is not None and load < best[1]):
             best = (times, load)
+            row["core_latency_ns"] = [before, core_latency_ns(args.probe)]
         row["attempts"] = attempt
         if load is None or load <= args.max_load:
             break
@@ -181,13 +212,15 @@ def main() -> None:
     args.seconds = args.seconds if args.seconds is not None else (0.5 if args.quick else 2.0)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pydla-suite-") as tmp:
+        args.probe = latency_probe(Path(tmp))
         for batch in args.batches:
             for name in args.models:
                 row = bench_one(name, batch, args, Path(tmp))
                 print(f"{name} batch {batch}: pydla {row['pydla_ms']:.2f} ms, onnxruntime "
                       f"{row['ort_ms']:.2f} ms, ratio {row['ratio']:.2f}, build "
                       f"{row['build_s']:.1f} s, outputs agree to {row['max_rel_diff']:.1e}, "
-                      f"other processes' load {row['others_load']}",
+                      f"other processes' load {row['others_load']}, core-to-core latency "
+                      f"{row['core_latency_ns']} ns",
                       flush=True)
                 rows.append(row)
     means = geomeans(rows)
