@@ -4,20 +4,21 @@ onnxruntime keeps a MobileNet's activations in blocks of channels (NCHWc) from l
 layer, so that kernels computing 16 channels per vector need no transposes. The builder
 does the same where pydla has blocked kernels: depthwise convolutions, 1×1 convolutions
 (strided ones gather their pixels), stems with few input channels (planar in, blocked
-out), other strided convolutions (taps_nchw16c; at stride 1 a 3×3 layer stays planar for
-Winograd), and the pointwise
+out), other one-group convolutions (taps_nchw16c, and Winograd's blocked tactics for 3×3
+at stride 1), and the pointwise
 layers (residual adds, squeeze-excitation scaling), max pools and global average pools
 between them.
 ``Reorder`` layers convert at a region's edges; blocked tensors have their physical 5-D
 shape in the IR and the loadable, so memory planning needs nothing new, and the layer
 info shows each Conv's ``layouts`` and every Reorder.
 
-A region is blocked if it holds a depthwise convolution, or if its 1×1 convolutions save
-more than the reorders at its edges cost (``_pointwise_gain``; a strided convolution saves
-taps_c16's transposes of its input and output): ResNet-50's bottlenecks — 1×1 layers
-chained through their residual adds, the stride-1 3×3 layers between them planar
-(Winograd reads NCHW) with a reorder on either side — ran 8 % faster so at batch 1, while
-YOLO's lone 1×1 layers between concatenations stay planar.
+A region is blocked if it holds a depthwise convolution, or if its 1×1 convolutions and
+the transposes its other layers leave out save more than the reorders at its edges cost
+(``_pointwise_gain``): ResNet-50's bottlenecks — 1×1 layers chained through their residual
+adds — ran 8 % faster so at batch 1 with the 3×3 layers between them planar and a reorder
+on either side, and with those blocked too (Winograd's blocked tactics), the whole network
+keeps one reorder, at its end; so does CRNN. YOLO's lone 1×1 layers between
+concatenations stay planar.
 
 Lanes past the last channel of a block are never read as data: producers write finite
 values there (zero weights and bias, then the epilogue; Reorder writes zero), consumers'
@@ -113,12 +114,19 @@ def _conv_role(node: Node) -> str | None:
     if x.shape[1] * kh * kw <= MAX_STEM_K and m >= MIN_STEM_CHANNELS and (
             x.producer is None or _role(x.producer) is None):
         return "stem"
-    # A strided convolution (taps_nchw16c): at stride 1 a 3×3 layer's better kernel is
-    # Winograd, which reads and writes planes.
-    strides = [int(v) for v in a.get("strides") or (1, 1)]
-    if strides != [1, 1] and x.shape[1] * kh * kw >= TAPS_MIN_K:
+    # Any other one-group convolution: taps_nchw16c, and for 3×3 at stride 1 Winograd's
+    # blocked tactics.
+    if (kh, kw) != (1, 1) and x.shape[1] * kh * kw >= TAPS_MIN_K:
         return "conv"
     return None
+
+
+def _winograd_domain(node: Node) -> bool:
+    """A 3×3 convolution at stride 1 without dilation: Winograd's."""
+    a, w = node.attrs, node.inputs[1]
+    return (w is not None and tuple(w.shape[2:]) == (3, 3)
+            and [int(v) for v in a.get("strides") or (1, 1)] == [1, 1]
+            and [int(v) for v in a.get("dilations") or (1, 1)] == [1, 1])
 
 
 def _waste(channels: int) -> float:
@@ -233,8 +241,14 @@ def _pointwise_gain(graph: Graph, members: list[Node], roles: dict[int, str],
         if role == "pointwise":
             x, out = node.inputs[0], node.outputs[0]
             macs += out.size * x.shape[1]  # type: ignore[union-attr]
-        elif role == "conv":  # taps_c16 transposes its input and output, taps_nchw16c not
+        elif role == "conv" and not _winograd_domain(node):
+            # taps_c16 transposes its input and output, taps_nchw16c not. Planar Winograd
+            # transposes while it loads and stores anyway (its blocked tactic is 0-15 %
+            # faster alone, less than a reorder of its input costs): no gain counted — it
+            # joins a region where it saves reorders (``_drop_islands``).
             transposed += node.inputs[0].size + node.outputs[0].size  # type: ignore[union-attr]
+        elif role == "stem":  # direct_c16 transposes its output, direct_nchw16c not
+            transposed += node.outputs[0].size
         for i in _reads_blocked(node, role):
             v = node.inputs[i]
             if v is not None and (v.producer is None or id(v.producer) not in inside):
@@ -247,7 +261,8 @@ def _pointwise_gain(graph: Graph, members: list[Node], roles: dict[int, str],
 
 def _drop_islands(graph: Graph, chosen: dict[int, str],
                   users: dict[int, list[Node]]) -> dict[int, str]:
-    """Remove the layers on large planes that cost more reorders blocked than planar —
+    """Remove the layers on large planes (and Winograd layers on any: they gain nothing
+    else blocked) that cost more reorders blocked than planar —
     values reordered into blocks for them and their output reordered back, against their
     blocked inputs reordered out and their output reordered in for blocked readers — until
     none is left: each removal changes its neighbours' sums. (DBNet's first depthwise
@@ -263,7 +278,7 @@ def _drop_islands(graph: Graph, chosen: dict[int, str],
             out = node.outputs[0]
             big = max((v.shape[2] * v.shape[3] for v in (node.inputs[0], out)
                        if v is not None and len(v.shape) >= 4), default=0)
-            if big < ISLAND_PIXELS:
+            if big < ISLAND_PIXELS and not (role == "conv" and _winograd_domain(node)):
                 continue
             blocked_cost = planar_cost = 0
             for i in _reads_blocked(node, role):

@@ -39,7 +39,7 @@ FAST = ("gemm1x1", "gemm_c16", "gemv", "depthwise", "depthwise_c16", "direct_c16
         "winograd4", "winograd2", "im2col", "taps_c16")
 # The channel-blocked layout's tactics (pydla.plan.layouts; tests/unit/test_layouts.py).
 BLOCKED = ("gemm_nchw16c", "depthwise_nchw16c", "direct_nchw16c", "gemv_nchw16c",
-           "taps_nchw16c")
+           "taps_nchw16c", "winograd4_nchw16c", "winograd2_nchw16c")
 
 
 def _tol(tactic: str) -> float:

@@ -34,10 +34,13 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     Thunk,
     bias_of,
     bind_conv,
+    blocked_epilogue_ok,
     out_rows,
     runner,
+    with_bias_copy,
     with_registers,
 )
+from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import emit_blocked, streams
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
@@ -81,13 +84,52 @@ _VB = 4 * LANES  # bytes in one vector
 # -- step 1: channel-last input band -----------------------------------------------------
 
 @njit(inline="always", error_model="numpy")
-def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int) -> None:
-    """band[r, col, ch] = x[ch, ih0 + r, col - left], zero outside the image; 16×16 blocks
-    (channels × columns) are transposed in registers, the ragged edges element by element."""
+def _transposed_row(x: np.ndarray, band: np.ndarray, r: int, ih: int, lo: int, hi: int,
+                    left: int) -> None:
+    """band[r, lo:hi, :c] from planar x (c, h, w) row ih: 16×16 blocks (channels ×
+    columns) transposed in registers, the ragged edges element by element."""
     c, h, w = x.shape
     width, cv = band.shape[1], band.shape[2]
-    lo, hi = left, min(width, left + w)
     blocks, cols = c // LANES * LANES, (hi - lo) // LANES * LANES
+    dst = band[r]
+    if c < cv:  # lanes past the last channel (scratch holds other layers' data)
+        dst[lo:hi, c:] = 0
+    for cb in range(0, blocks, LANES):
+        for col in range(0, cols, LANES):
+            transpose16(x.ctypes.data + ((cb * h + ih) * w + col) * 4, h * w * 4,
+                        band.ctypes.data + ((r * width + lo + col) * cv + cb) * 4, cv * 4, 0)
+    for ch in range(c):
+        src = x[ch, ih]
+        first = cols if ch < blocks else 0
+        for col in range(lo + first, hi):
+            dst[col, ch] = src[col - left]
+
+
+@njit(inline="always", error_model="numpy")
+def _copied_row(x: np.ndarray, band: np.ndarray, r: int, ih: int, lo: int, hi: int,
+                left: int) -> None:
+    """band[r, lo:hi, :] from blocked x (⌈c/16⌉, h, w·16) row ih, already channel-last: 16
+    channels a column, in element loops over flat views (a slice copy per 16 floats cost
+    more than the planar kernel's transposes)."""
+    blocks, h, w = x.shape[0], x.shape[1], x.shape[2] // LANES
+    width, cv = band.shape[1], band.shape[2]
+    xf, bf = x.reshape(-1), band.reshape(-1)
+    for cb in range(blocks):
+        src = (cb * h + ih) * w * LANES - left * LANES
+        out = r * width * cv + cb * LANES
+        for col in range(lo, hi):
+            for j in range(LANES):
+                bf[np.uint64(out + col * cv + j)] = xf[np.uint64(src + col * LANES + j)]
+
+
+@njit(inline="always", error_model="numpy")
+def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int,
+               blocked: bool) -> None:
+    """band[r, col, ch] = x at channel ch, row ih0 + r, column col - left, zero outside the
+    image; x (c, h, w), or (⌈c/16⌉, h, w·16) when ``blocked``."""
+    h = x.shape[1]
+    w = x.shape[2] // LANES if blocked else x.shape[2]
+    lo, hi = left, min(band.shape[1], left + w)
     for r in range(rows):
         ih = ih0 + r
         dst = band[r]
@@ -96,17 +138,10 @@ def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int) 
             continue
         dst[:lo, :] = 0
         dst[hi:, :] = 0
-        if c < cv:  # lanes past the last channel (scratch holds other layers' data)
-            dst[lo:hi, c:] = 0
-        for cb in range(0, blocks, LANES):
-            for col in range(0, cols, LANES):
-                transpose16(x.ctypes.data + ((cb * h + ih) * w + col) * 4, h * w * 4,
-                            band.ctypes.data + ((r * width + lo + col) * cv + cb) * 4, cv * 4, 0)
-        for ch in range(c):
-            src = x[ch, ih]
-            first = cols if ch < blocks else 0
-            for col in range(lo + first, hi):
-                dst[col, ch] = src[col - left]
+        if blocked:
+            _copied_row(x, band, r, ih, lo, hi, left)
+        else:
+            _transposed_row(x, band, r, ih, lo, hi, left)
 
 
 # -- steps 2 and 3: transforms over 16-channel vectors ----------------------------------
@@ -176,16 +211,19 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
                   nthreads: int, band: np.ndarray, v: np.ndarray, prod: np.ndarray,
                   out: np.ndarray, tmp: np.ndarray, edge: np.ndarray, acc: np.ndarray,
                   code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
-                  vecs: np.ndarray, scratch: np.ndarray, groups: int) -> None:
-    """x (n, c, h, w), up (S, packed c × M) the transformed filters, y (n·M, oh·ow). A
+                  vecs: np.ndarray, scratch: np.ndarray, groups: int, c: int, mo: int,
+                  x_blocked: bool, y_blocked: bool, stream: bool) -> None:
+    """x (n, c, h, w), or (n, ⌈c/16⌉, h, w·16) when ``x_blocked``; up (S, packed c × M)
+    the transformed filters; bias (≥ M: zeros past M); y (n·M, oh·ow), or (n·⌈M/16⌉,
+    oh·ow·16) when ``y_blocked``. A
     task is a chunk of tile rows and one of ``groups`` runs of output channels (whole
     strips of NR; each thread's tasks share a run, so it streams only that part of U). Per
     thread, channels padded to whole vectors (cv, mv): band (m·rows + 2, m·tw + 2, cv),
     v (S·plane) and prod (S·plane) the product matrices (tiles × cv, tiles × mv), out
     (m·rows, m·tw, mv), tmp (a·a·16), edge (MR·NR) and acc (16, m·rows·ow) staging 16
     output channels for the epilogue."""
-    n, c = x.shape[0], x.shape[1]
-    s_count, mo = up.shape[0], bias.shape[0]
+    n = x.shape[0]
+    s_count = up.shape[0]
     cv, mv = band.shape[3], out.shape[3]
     plane_v, plane_p = v.shape[1] // s_count, prod.shape[1] // s_count
     per_image = -(-th // chunk_rows)
@@ -204,7 +242,7 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
             ty0 = task % chunks % per_image * chunk_rows
             rows = min(chunk_rows, th - ty0)
             tiles = rows * tw
-            _load_band(x[img], band[t], m * ty0 - top, m * rows + 2, left)
+            _load_band(x[img], band[t], m * ty0 - top, m * rows + 2, left, x_blocked)
             _input_tiles(band[t], v[t], plane_v, tmp[t], m, rows, tw)
             # Whole panels and strips: the planes have room and U is zero-padded, so no
             # ragged edges to patch up.
@@ -214,20 +252,48 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
                           s * plane_p + s0 * NR, mv, edge[t])
             _output_tiles(prod[t], plane_p, out[t], tmp[t], m, rows, tw, s0 * NR // LANES,
                           min(mv // LANES, s1 * NR // LANES))
-            _write_out(out[t], bias, y, img, m * ty0, min(oh, m * (ty0 + rows)), ow,
-                       s0 * NR, min(mo, s1 * NR), acc[t], code, prm, full0, full1, vecs,
-                       scratch[t])
+            if y_blocked:
+                _write_blocked(out[t], bias, y, img, -(-mo // LANES), m * ty0,
+                               min(oh, m * (ty0 + rows)), ow, s0 * NR, min(mo, s1 * NR),
+                               acc[t], code, prm, full0, full1, vecs, scratch[t], stream)
+            else:
+                _write_out(out[t], bias, y, img, mo, m * ty0, min(oh, m * (ty0 + rows)), ow,
+                           s0 * NR, min(mo, s1 * NR), acc[t], code, prm, full0, full1, vecs,
+                           scratch[t])
 
 
 @njit(inline="always", error_model="numpy")
-def _write_out(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, r0: int, r1: int,
-               ow: int, lo: int, hi: int, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
-               full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+def _write_blocked(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, mb: int,
+                   r0: int, r1: int, ow: int, lo: int, hi: int, acc: np.ndarray,
+                   code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
+                   vecs: np.ndarray, scratch: np.ndarray, stream: bool) -> None:
+    """Output rows r0:r1, channel blocks of lo:hi (lo a multiple of 16) of image img from
+    the channel-last band out (rows, cols, ≥ 16·⌈M/16⌉), plus bias, into the blocked y
+    (images·mb, pixels·16): each block's run of 16 channels a pixel is contiguous in the
+    band, gathered into acc and stored through the epilogue (depthwise_c16.emit_blocked).
+    Lanes past M hold what zero filters and bias give."""
+    size = (r1 - r0) * ow
+    st, of = acc.reshape(-1), out.reshape(-1)
+    cols, mv = out.shape[1], out.shape[2]
+    for cb in range(lo, hi, LANES):
+        for r in range(r1 - r0):
+            for col in range(ow):
+                at = (r * ow + col) * LANES
+                src = (r * cols + col) * mv + cb
+                for j in range(LANES):
+                    st[np.uint64(at + j)] = of[np.uint64(src + j)] + bias[np.uint64(cb + j)]
+        emit_blocked(st, size, y, img * mb + cb // LANES, r0 * ow * LANES, code, prm, full0,
+                     full1, vecs, scratch, stream)
+
+
+@njit(inline="always", error_model="numpy")
+def _write_out(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, mo: int, r0: int,
+               r1: int, ow: int, lo: int, hi: int, acc: np.ndarray, code: np.ndarray,
+               prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
                scratch: np.ndarray) -> None:
     """Output rows r0:r1, channels lo:hi (lo a multiple of 16) of image img from the
     channel-last band out (rows, cols, ≥ M), plus bias, in NCHW — through the epilogue (16
     channels staged in acc at a time) if any."""
-    mo = bias.shape[0]
     mv = out.shape[2]
     p = y.shape[1]
     size = (r1 - r0) * ow
@@ -287,6 +353,14 @@ def applies(spec: LayerSpec) -> bool:
     g = conv2d(spec)
     return (g is not None and g.kh == g.kw == 3 and g.sh == g.sw == 1
             and g.dh == g.dw == 1 and g.group == 1)
+
+
+def applies_blocked(spec: LayerSpec) -> bool:
+    """The same, channel-blocked in and out."""
+    g = conv2d(spec, blocked=True)
+    return (g is not None and g.x_blocked and g.y_blocked and g.kh == g.kw == 3
+            and g.sh == g.sw == 1 and g.dh == g.dw == 1 and g.group == 1
+            and blocked_epilogue_ok(spec))
 
 
 def chunk_rows(th: int, tw: int, images: int, nthreads: int) -> int:
@@ -350,8 +424,12 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             (nthreads, s * LANES),  # tmp
             (nthreads, MR * NR),  # edge
             (nthreads, LANES, m * rows * geo.ow))]  # acc
-        args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, m * rows * geo.ow)
+        blocked, mb = geo.y_blocked, -(-geo.m // LANES)
+        args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
+                            m * rows * geo.ow * (LANES if blocked else 1))
         zeros = np.zeros(geo.m, np.float32)
+        zeros.flags.writeable = False  # a constant bias
+        padded = np.zeros(mb * LANES, np.float32)  # a blocked output's bias, whole blocks
         filters = Derived(lambda w: filter_transform(w, gmat, up))
 
         def prepare(inputs: Sequence[np.ndarray | None],
@@ -359,11 +437,21 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             x, w = inputs[0], inputs[1]
             assert x is not None and w is not None
             full0, full1 = args.fulls(inputs)
-            call = kernel_call(winograd_conv, x, up, bias_of(inputs, geo, zeros),
-                               out_rows(outputs[0], geo.n * geo.m, geo.pixels), m, geo.top,
-                               geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
+            bias = bias_of(inputs, geo, zeros)
+            if geo.x_blocked:
+                x = x.reshape(geo.n, vectors(geo.c) // LANES, geo.h, geo.w * LANES)
+            if blocked:
+                y = out_rows(outputs[0], geo.n * mb, geo.pixels * LANES)
+            else:
+                y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
+            call = kernel_call(winograd_conv, x, up, padded if blocked else bias, y, m,
+                               geo.top, geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
                                *(a.array for a in work), epi.code, epi.prm, full0, full1,
-                               args.vecs, args.scratch.array, split)
+                               args.vecs, args.scratch.array, split, geo.c, geo.m,
+                               geo.x_blocked, blocked,
+                               blocked and streams(spec.outputs[0].shape))
+            if blocked:
+                call = with_bias_copy(call, bias, padded)
             return filters.before(w, with_registers(call, args, inputs))
 
         return runner(prepare)
@@ -382,3 +470,15 @@ def bind_winograd4(spec: LayerSpec) -> RunFn:
 @tactic("Conv", "winograd2", applies=applies, native_epilogue=native_epilogue, priority=15)
 def bind_winograd2(spec: LayerSpec) -> RunFn:
     return bind_conv(spec, _make2)
+
+
+@tactic("Conv", "winograd4_nchw16c", applies=applies_blocked, native_epilogue=native_epilogue,
+        priority=20)
+def bind_winograd4_nchw16c(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make4, blocked=True)
+
+
+@tactic("Conv", "winograd2_nchw16c", applies=applies_blocked, native_epilogue=native_epilogue,
+        priority=15)
+def bind_winograd2_nchw16c(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make2, blocked=True)
