@@ -8,8 +8,10 @@ stems), ``winograd4`` / ``winograd2`` (3×3 stride 1), ``im2col`` (any 2-D convo
 as an implicit GEMM), ``taps_c16`` (any one-group convolution as a GEMM over kernel taps
 on staged blocks of 16 channels) and ``transpose`` (ConvTranspose with kernel = stride, tactic
 ``gemm_scatter``). In the channel-blocked layout (pydla.plan.layouts): ``gemm_c16``
-(1×1, tactic ``gemm_nchw16c``), ``depthwise_nchw16c`` (input read in place) and
-``direct_c16`` (``direct_nchw16c``: a stem from a planar image into blocks).
+(1×1, tactic ``gemm_nchw16c``), ``depthwise_nchw16c`` (input read in place),
+``direct_c16`` (``direct_nchw16c``: a stem from a planar image into blocks), ``taps_c16``
+(``taps_nchw16c``) and ``winograd`` (``winograd4_nchw16c``, ``winograd2_nchw16c``).
+Every kernel's scratch is the bound program's one workspace (pydla.backends.cpu.workspace).
 Shared pieces: ``geometry`` (the layer's shape), ``binding`` (the binder frame),
 ``epilogue`` (compiled pointwise programs), ``gemm`` (packed AVX-512-class GEMM),
 ``simd`` (16-lane vector intrinsics), ``phases`` (strided input as shifted rows) and
