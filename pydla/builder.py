@@ -15,7 +15,7 @@ from pydla.dtypes import DType
 from pydla.errors import BuildError, ModelImportError, PydlaError
 from pydla.frontend.onnx import import_model
 from pydla.ir import Graph
-from pydla.loadable import read_loadable, write_loadable
+from pydla.loadable import Program, read_loadable, write_loadable
 from pydla.passes import PassContext, PassManager, default_passes
 from pydla.plan.calibrate import tensor_ranges
 from pydla.plan.layouts import assign_layouts
@@ -129,12 +129,23 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
         data = write_loadable(meta, weights)
     limit = options.mem_pools.get("workspace")
     if limit is not None:
-        needed = layer_info(read_loadable(data))["memory"]["workspace_bytes"]
+        needed = workspace_bytes(read_loadable(data), options.target)
         if needed > limit:
             raise BuildError(f"the engine needs {needed} bytes of workspace; "
                              f"--memPoolSize=workspace:{limit}B is too small (use at least "
                              f"workspace:{needed}B)")
     return data
+
+
+def workspace_bytes(program: Program, target: str) -> int:
+    """The scratch memory the engine needs: on the CPU, what its bound program's shared
+    workspace holds (every layer's kernel and fused scratch, the largest layer's); for
+    other targets, the layer info's estimate of the fused layers' scratch."""
+    if target == "cpu":
+        from pydla.backends.cpu.backend import CpuProgram
+
+        return CpuProgram(program).workspace.nbytes
+    return int(layer_info(program)["memory"]["workspace_bytes"])
 
 
 def autotune_on_gpu(options: BuildOptions, arch: str | None) -> bool:

@@ -23,8 +23,8 @@ def layer_info(program: Program) -> dict[str, Any]:
     workspace = 0
     for lay in program.layers:
         out_bytes = tensors[lay.outputs[0]].nbytes if lay.outputs else 0
-        scratch = scratch_bytes(lay.attrs, out_bytes)
-        workspace += scratch
+        # Layers run one after another and share one workspace: the largest layer's.
+        workspace = max(workspace, scratch_bytes(lay.attrs, out_bytes))
         entry = {"name": lay.name, "type": lay.op,
                  "inputs": [describe(i) for i in lay.inputs],
                  "outputs": [describe(i) for i in lay.outputs],

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pydla.backends.base import LayerSpec, RunFn, TensorSpec
+from pydla.backends.cpu import workspace
 from pydla.backends.cpu.registry import KERNELS, kernel
 from pydla.dtypes import DType
 from pydla.errors import KernelError
@@ -26,14 +27,14 @@ from pydla.ops import POINTWISE
 
 def _bind_program(name: str, program: Sequence[Mapping[str, Any]],
                   inputs: Sequence[TensorSpec], result: TensorSpec
-                  ) -> tuple[list[RunFn], list[list[int]], list[np.ndarray | None]]:
+                  ) -> tuple[list[RunFn], list[list[int]], list[workspace.Scratch | None]]:
     """Validate and bind every step; returns (runs, operand registers, scratch per step)."""
     from pydla.backends.cpu.backend import bind_layer  # the half-precision wrapper too
 
     specs: list[TensorSpec] = list(inputs)
     runs: list[RunFn] = []
     operands: list[list[int]] = []
-    scratch: list[np.ndarray | None] = []
+    scratch: list[workspace.Scratch | None] = []
     if not program:
         raise KernelError(name, "Pointwise", "empty program")
     for i, step in enumerate(program):
@@ -57,7 +58,7 @@ def _bind_program(name: str, program: Sequence[Mapping[str, Any]],
         runs.append(bind_layer(step_spec))
         operands.append(regs)
         last = i == len(program) - 1
-        scratch.append(None if last else np.empty(shape, out.dtype.np))
+        scratch.append(None if last else workspace.scratch(shape, out.dtype.np))
         specs.append(out)
     if specs[-1] != result:
         raise KernelError(name, "Pointwise", f"program yields {specs[-1]}, the layer writes "
@@ -76,7 +77,7 @@ def bind_program(name: str, program: Sequence[Mapping[str, Any]],
     def run(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> None:
         regs: list[np.ndarray | None] = list(ins[:n_in])
         for step_run, ops, buf in steps:
-            target = outs[0] if buf is None else buf
+            target = outs[0] if buf is None else buf.array
             step_run([regs[r] for r in ops], [target])
             regs.append(target)
 
@@ -110,12 +111,12 @@ def with_epilogue(spec: LayerSpec, bind_base: Any) -> RunFn:
 
     # The base result goes to its own buffer: kernels may read their input several times,
     # so the epilogue must never write over what it reads.
-    staged = [np.empty(out.shape, out.dtype.np), *(np.empty(o.shape, o.dtype.np)
-                                                    for o in spec.outputs[1:])]
+    staged = [workspace.scratch(o.shape, o.dtype.np) for o in spec.outputs]
 
     def run(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> None:
-        base(ins[:n_own], staged)
-        program([staged[0], *ins[n_own:]], outs)
+        bufs = [s.array for s in staged]
+        base(ins[:n_own], bufs)
+        program([bufs[0], *ins[n_own:]], outs)
 
     return run
 
