@@ -90,8 +90,8 @@ def _epilogue_ok(node: Node, out: Value) -> bool:
 
 
 def _conv_role(node: Node) -> str | None:
-    """'depthwise', 'pointwise' (1×1), 'stem' or 'conv' (strided) for a Conv the blocked
-    kernels run."""
+    """'depthwise', 'pointwise' (1×1), 'stem' or 'conv' (any other one-group convolution)
+    for a Conv the blocked kernels run."""
     x, w, out = node.inputs[0], node.inputs[1], node.outputs[0]
     if (x is None or w is None or x.is_const or not w.is_const or len(x.shape) != 4
             or len(w.shape) != 4

@@ -112,9 +112,11 @@ def with_epilogue(spec: LayerSpec, bind_base: Any) -> RunFn:
     # The base result goes to its own buffer: kernels may read their input several times,
     # so the epilogue must never write over what it reads.
     staged = [workspace.scratch(o.shape, o.dtype.np) for o in spec.outputs]
+    bufs: list[np.ndarray] = []  # staged's arrays, once the program's workspace exists
 
     def run(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> None:
-        bufs = [s.array for s in staged]
+        if not bufs:
+            bufs.extend(s.array for s in staged)
         base(ins[:n_own], bufs)
         program([bufs[0], *ins[n_own:]], outs)
 

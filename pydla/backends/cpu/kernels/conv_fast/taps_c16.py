@@ -267,10 +267,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         stage, flat, cbuf, acc = (s.array for s in work)
-        if blocked:
-            y = out_rows(outputs[0], geo.n * mb, geo.pixels * L)
-        if geo.x_blocked:
+        if blocked:  # taps_nchw16c: blocked in and out
             x = x.reshape(geo.n, kb, geo.h, geo.w * L)
+            y = out_rows(outputs[0], geo.n * mb, geo.pixels * L)
         else:
             y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
         call = kernel_call(taps_c16, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh, geo.sw,

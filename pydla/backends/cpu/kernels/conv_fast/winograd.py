@@ -215,8 +215,8 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
                   x_blocked: bool, y_blocked: bool, stream: bool) -> None:
     """x (n, c, h, w), or (n, ⌈c/16⌉, h, w·16) when ``x_blocked``; up (S, packed c × M)
     the transformed filters; bias (≥ M: zeros past M); y (n·M, oh·ow), or (n·⌈M/16⌉,
-    oh·ow·16) when ``y_blocked``. A
-    task is a chunk of tile rows and one of ``groups`` runs of output channels (whole
+    oh·ow·16) when ``y_blocked``. A task is a chunk of tile rows and one of ``groups``
+    runs of output channels (whole
     strips of NR; each thread's tasks share a run, so it streams only that part of U). Per
     thread, channels padded to whole vectors (cv, mv): band (m·rows + 2, m·tw + 2, cv),
     v (S·plane) and prod (S·plane) the product matrices (tiles × cv, tiles × mv), out
@@ -349,17 +349,20 @@ def pack_filters(ut: np.ndarray, up: np.ndarray) -> None:
 
 # -- tactic ------------------------------------------------------------------------------
 
-def applies(spec: LayerSpec) -> bool:
-    g = conv2d(spec)
+def _winograd_shape(g: Conv2d | None) -> bool:
+    """A one-group 3×3 convolution at stride 1 without dilation."""
     return (g is not None and g.kh == g.kw == 3 and g.sh == g.sw == 1
             and g.dh == g.dw == 1 and g.group == 1)
+
+
+def applies(spec: LayerSpec) -> bool:
+    return _winograd_shape(conv2d(spec))
 
 
 def applies_blocked(spec: LayerSpec) -> bool:
     """The same, channel-blocked in and out."""
     g = conv2d(spec, blocked=True)
-    return (g is not None and g.x_blocked and g.y_blocked and g.kh == g.kw == 3
-            and g.sh == g.sw == 1 and g.dh == g.dw == 1 and g.group == 1
+    return (g is not None and _winograd_shape(g) and g.x_blocked and g.y_blocked
             and blocked_epilogue_ok(spec))
 
 
@@ -438,9 +441,8 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
             assert x is not None and w is not None
             full0, full1 = args.fulls(inputs)
             bias = bias_of(inputs, geo, zeros)
-            if geo.x_blocked:
+            if blocked:  # the _nchw16c tactics: blocked in and out
                 x = x.reshape(geo.n, vectors(geo.c) // LANES, geo.h, geo.w * LANES)
-            if blocked:
                 y = out_rows(outputs[0], geo.n * mb, geo.pixels * LANES)
             else:
                 y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
@@ -448,7 +450,7 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
                                geo.top, geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
                                *(a.array for a in work), epi.code, epi.prm, full0, full1,
                                args.vecs, args.scratch.array, split, geo.c, geo.m,
-                               geo.x_blocked, blocked,
+                               blocked, blocked,
                                blocked and streams(spec.outputs[0].shape))
             if blocked:
                 call = with_bias_copy(call, bias, padded)
