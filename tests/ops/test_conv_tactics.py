@@ -205,11 +205,13 @@ def test_depthwise(k: Sequence[int], strides: Sequence[int], pads: Sequence[int]
                    _attrs(strides, pads, dilations, group=c), expected)
 
 
-@pytest.mark.parametrize("m", [48, 64, 80, 61])
-def test_direct_output_blocks(m: int) -> None:
-    """direct_c16 computes 1 to 4 blocks of 16 output channels together (48: three,
-    64: four, 80: five blocks one by one, 61: a partial last block)."""
-    _check_all(_rand(2, 3, 19, 17), _rand(m, 3, 5, 5), _rand(m), _attrs((2, 2), (2, 2, 2, 2)),
+@pytest.mark.parametrize("w", [17, 27])
+@pytest.mark.parametrize("m", [32, 48, 64, 80, 61])
+def test_direct_output_blocks(m: int, w: int) -> None:
+    """direct_c16 computes 1 to 4 blocks of 16 output channels together (32: two, eight
+    pixels a call; 48: three, 64: four, 80: five blocks one by one, 61: a partial last
+    block); rows of 9 and 14 output pixels end in calls of 8, 4 and 1."""
+    _check_all(_rand(2, 3, 19, w), _rand(m, 3, 5, 5), _rand(m), _attrs((2, 2), (2, 2, 2, 2)),
                {"im2col", "direct_c16"})
 
 

@@ -247,6 +247,7 @@ CASES = [  # (n, c, m, h, w, k, stride, group, layouts)
     (1, 20, 20, 9, 9, 3, 2, 20, "bb"), (1, 3, 32, 33, 31, 3, 2, 1, "pb"),
     (2, 3, 24, 20, 20, 7, 2, 1, "pb"), (2, 40, 72, 1, 1, 1, 1, 1, "pb"),
     (1, 64, 48, 9, 9, 1, 2, 1, "bb"), (2, 40, 24, 8, 7, 1, 2, 1, "bb"),  # strided 1×1
+    (2, 48, 96, 5, 5, 1, 1, 1, "bb"),  # 1×1, more channels than pixels: strip by strip
     # taps_nchw16c: stride 1 (panels across rows), stride 2 (within rows), a row of 7
     # (panels of 7), an odd number of output blocks (a strip's second half unused),
     # channels past a whole block, 5×5

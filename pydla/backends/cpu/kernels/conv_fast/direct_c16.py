@@ -48,32 +48,39 @@ MAX_PIXELS = 4  # or output planes this small, whatever K
 _OUT_BYTES = 64 * 1024  # a band's block of 16 output channels, kept in L1/L2
 
 # Blocks of 16 output channels computed together (each input value loaded once for all):
-# 1 to 4, with 4 pixels per call (up to 16 accumulators) and a 1-pixel tail.
+# 1 to 4, with 4 pixels per call (up to 16 accumulators; 8 for two blocks) and a 1-pixel
+# tail. Two blocks of 4 pixels kept 8 accumulators: one multiply-add's latency per tap
+# (alone 216 GFLOP/s a core, 254 with 8 pixels; YOLOv8n's 16→32 3×3 at 80×80 0.227 ->
+# 0.199 ms).
+_PIXELS_2 = 8
 _S4_1, _S1_1 = tap_sum(4, True, 1), tap_sum(1, True, 1)
-_S4_2, _S1_2 = tap_sum(4, True, 2), tap_sum(1, True, 2)
+_S8_2, _S4_2, _S1_2 = tap_sum(_PIXELS_2, True, 2), tap_sum(4, True, 2), tap_sum(1, True, 2)
 _S4_3, _S1_3 = tap_sum(4, True, 3), tap_sum(1, True, 3)
 _S4_4, _S1_4 = tap_sum(4, True, 4), tap_sum(1, True, 4)
 
 
 @njit(inline="always")
-def _taps(g: int, four: bool, src: int, step: int, offs: int, w: int, taps: int, b: int,
+def _taps(g: int, pixels: int, src: int, step: int, offs: int, w: int, taps: int, b: int,
           dst: int, dst_step: int) -> None:
+    """``pixels`` (8 for two blocks, else 4; or 1) pixels of g blocks."""
     if g == 1:
-        if four:
+        if pixels > 1:
             _S4_1(src, step, offs, w, taps, b, dst, dst_step)
         else:
             _S1_1(src, step, offs, w, taps, b, dst, dst_step)
     elif g == 2:
-        if four:
+        if pixels == _PIXELS_2:
+            _S8_2(src, step, offs, w, taps, b, dst, dst_step)
+        elif pixels > 1:
             _S4_2(src, step, offs, w, taps, b, dst, dst_step)
         else:
             _S1_2(src, step, offs, w, taps, b, dst, dst_step)
     elif g == 3:
-        if four:
+        if pixels > 1:
             _S4_3(src, step, offs, w, taps, b, dst, dst_step)
         else:
             _S1_3(src, step, offs, w, taps, b, dst, dst_step)
-    elif four:
+    elif pixels > 1:
         _S4_4(src, step, offs, w, taps, b, dst, dst_step)
     else:
         _S1_4(src, step, offs, w, taps, b, dst, dst_step)
@@ -129,12 +136,17 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                     src = st.ctypes.data + r * sh * row_bytes
                     dst = ob.ctypes.data + r * ow * L * 4
                     q = 0
+                    if g == 2:
+                        while q + _PIXELS_2 <= ow:
+                            _taps(g, _PIXELS_2, src + q * sw * 4, sw * 4, offs.ctypes.data,
+                                  w0, taps, b0, dst + q * L * 4, block_bytes)
+                            q += _PIXELS_2
                     while q + 4 <= ow:
-                        _taps(g, True, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
+                        _taps(g, 4, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
                               b0, dst + q * L * 4, block_bytes)
                         q += 4
                     while q < ow:
-                        _taps(g, False, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
+                        _taps(g, 1, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
                               b0, dst + q * L * 4, block_bytes)
                         q += 1
                 for k in range(g):
