@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pydla.backends.cpu.kernels.conv_fast.simd import deinterleave2, vector_reduce
+from pydla.backends.cpu.kernels.conv_fast import gemm, simd
+from pydla.backends.cpu.kernels.conv_fast.simd import (
+    ACC_VECTORS,
+    deinterleave2,
+    split_rows,
+    tap_sum,
+    vector_reduce,
+)
 
 _MAX, _ADD, _MAX_WHOLE = vector_reduce("max"), vector_reduce("add"), vector_reduce("max", True)
 LENGTHS = [0, 1, 15, 16, 17, 31, 32, 33, 56, 64, 100]
@@ -73,3 +80,86 @@ def test_deinterleave2(n: int) -> None:
     want_odd[:n // 2] = src[1:n:2]
     np.testing.assert_array_equal(even, want_even)
     np.testing.assert_array_equal(odd, want_odd)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 6, 7, 8, 12, 13])
+@pytest.mark.parametrize("per_row", [1, 2, 3, 4])
+def test_split_rows_within_the_register_budget(rows: int, per_row: int) -> None:
+    groups = split_rows(rows, per_row)
+    assert sum(groups) == rows
+    assert max(groups) - min(groups) <= 1  # balanced
+    assert all(g * per_row <= max(ACC_VECTORS, per_row) for g in groups)
+    assert len(groups) == -(-rows // max(1, ACC_VECTORS // per_row))  # as few as fit
+
+
+def _micro(kernel, mr: int):  # type: ignore[no-untyped-def]
+    @njit
+    def run(x: np.ndarray, p: int, b: np.ndarray, k: int, c: np.ndarray, bias: np.ndarray,
+            accumulate: int) -> None:
+        kernel(x.ctypes.data, p * 64, 4, 64, b.ctypes.data, k, c.ctypes.data, 64, mr * 64,
+               bias.ctypes.data, accumulate)
+
+    return run
+
+
+@pytest.mark.parametrize("name,mr,nv", [("micro_kernel_blocked", 12, 2),
+                                        ("micro_kernel_blocked7", 7, 2),
+                                        ("micro_kernel_blocked_16", 12, 1),
+                                        ("micro_kernel_blocked7_16", 7, 1)])
+@pytest.mark.parametrize("k", [1, 17, 64])
+@pytest.mark.parametrize("budget", [None, 6, 3])
+def test_blocked_micro_kernels(name: str, mr: int, nv: int, k: int, budget: int | None,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every row and column vector of C, stored with the bias then accumulated — whether
+    the block runs in one pass over K or in several (where its accumulators outgrow the
+    vector registers: AVX2's budget, 6, is forced here on any machine)."""
+    if budget is not None:  # a fresh kernel, generated under that register budget
+        monkeypatch.setattr(simd, "ACC_VECTORS", budget)
+        monkeypatch.setattr(gemm, "ACC_VECTORS", budget)
+        kernel = gemm._blocked(mr, nv)
+    else:
+        kernel = getattr(gemm, name)
+    p = mr + 5  # pixels per channel block of the blocked X
+    x = RNG.standard_normal((-(-k // 16), p, 16)).astype(np.float32)
+    b = RNG.standard_normal((k, 32)).astype(np.float32)
+    bias = RNG.standard_normal(32).astype(np.float32)
+    c = np.full((2, mr, 16), 7.0, np.float32)
+    run = _micro(kernel, mr)
+    a = x.transpose(1, 0, 2).reshape(p, -1)[:mr, :k]
+    want = a.astype(np.float64) @ b.astype(np.float64) + bias
+    run(x, p, b, k, c, bias, 0)
+    got = np.concatenate([c[0], c[1]], axis=1)
+    np.testing.assert_allclose(got[:, :16 * nv], want[:, :16 * nv], rtol=1e-5, atol=1e-4)
+    if nv == 1:
+        assert (c[1] == 7.0).all()  # the second vector untouched
+    run(x, p, b, k, c, bias, 1)
+    got = np.concatenate([c[0], c[1]], axis=1)
+    np.testing.assert_allclose(got[:, :16 * nv], 2 * want[:, :16 * nv] - bias[:16 * nv],
+                               rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("pixels,blocks", [(8, 2), (4, 3), (4, 4), (7, 1), (1, 2)])
+@pytest.mark.parametrize("budget", [None, 6])
+def test_tap_sum_broadcast_blocks(pixels: int, blocks: int, budget: int | None,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The direct convolution's tap sums: pixels × blocks of accumulators, in registers or
+    in several passes over the taps (AVX2's budget forced on any machine)."""
+    if budget is not None:
+        monkeypatch.setattr(simd, "ACC_VECTORS", budget)
+    kernel = tap_sum(pixels, True, blocks, clamp=True)
+    taps = 11
+    src = RNG.standard_normal(pixels * 3 + taps).astype(np.float32)
+    offsets = (np.arange(taps) * 4).astype(np.int64)  # tap t reads src[p·3 + t]
+    w = RNG.standard_normal((taps, blocks, 16)).astype(np.float32)
+    bias = RNG.standard_normal((blocks, 16)).astype(np.float32)
+    dst = np.zeros((blocks, pixels, 16), np.float32)
+
+    @njit
+    def run(src, offsets, w, bias, dst):  # type: ignore[no-untyped-def]
+        kernel(src.ctypes.data, 12, offsets.ctypes.data, w.ctypes.data, taps, bias.ctypes.data,
+               dst.ctypes.data, pixels * 64, np.float32(-0.5), np.float32(np.inf))
+
+    run(src, offsets, w, bias, dst)
+    window = np.stack([src[p * 3:p * 3 + taps] for p in range(pixels)])  # (pixels, taps)
+    want = np.einsum("pt,tbl->bpl", window.astype(np.float64), w) + bias[:, None, :]
+    np.testing.assert_allclose(dst, np.maximum(want, -0.5), rtol=1e-5, atol=1e-5)

@@ -1,11 +1,13 @@
 """Single-threaded float32 GEMM for the convolution kernels: packed panels and a 12×32
 register-blocked micro-kernel written as LLVM vector code.
 
-Why not BLAS: numpy's OpenBLAS picks its kernels from ``OPENBLAS_CORETYPE`` and this
-project's machines set it to Haswell (AVX2, ≈ 120 GFLOP/s per core), while the cores run
-AVX-512 at twice that — onnxruntime's own kernels do. The micro-kernel keeps a 12×32 block
-of C in 24 vector registers while it walks K, one broadcast of A and two loads of B per
-12×32 FMAs; LLVM lowers its <16 x float> operations to whatever the CPU has.
+Why not BLAS: numpy's OpenBLAS picks its kernels from ``OPENBLAS_CORETYPE``, which some of
+this project's machines set to Haswell (AVX2) on AVX-512 cores that run twice as fast —
+onnxruntime's own kernels do — and BLAS cannot read channel-blocked operands in place. The
+micro-kernel keeps a 12×32 block of C in 24 vector registers while it walks K, one
+broadcast of A and two loads of B per 12×32 FMAs; LLVM lowers its <16 x float> operations
+to whatever the CPU has. Where the CPU has fewer registers than the block needs (AVX2:
+simd.ACC_VECTORS), the block runs as several loops over K, each within the registers.
 
 Blocking follows Goto: K in slices of KC (a B strip of KC × 32 stays in L1), M in blocks of
 MC (an A block of MC × KC stays in L2, reused by every strip of B). Operands are packed
@@ -27,7 +29,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from pydla.backends.cpu.kernels.conv_fast.simd import splat
+from pydla.backends.cpu.kernels.conv_fast.simd import ACC_VECTORS, splat, split_rows
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 # The pixels-as-rows kernels' second row count: planes 7, 14, 28 or 56 pixels wide (and
@@ -58,10 +60,30 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     ``a_off_at(i)``, ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is
     two vectors at c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``:
     the address of 32 floats added to every row when C is stored rather than accumulated.
-    ``nv`` 1: only B's and C's first vector (a last strip of 16 output channels)."""
-    fn = builder.function
-    # One base address per row of A, outside the loop.
+    ``nv`` 1: only B's and C's first vector (a last strip of 16 output channels).
+
+    Where the block's accumulators outgrow the vector registers (simd.ACC_VECTORS: AVX2)
+    it runs as several passes over K, one vector of columns and a group of rows each; A
+    and B are then read once per pass, from L1."""
+    # One base address per row of A, outside the loops.
     a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(mr)]
+    halves = [list(range(nv))] if mr * nv <= ACC_VECTORS else [[h] for h in range(nv)]
+    for cols in halves:
+        first = 0
+        for count in split_rows(mr, len(cols)):
+            _micro_pass(builder, a_rows[first:first + count], first, a_off_at, b_row_at, k_,
+                        c_, ldc_, acc_flag, c_half, bias_, prefetch_b, cols)
+            first += count
+
+
+def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
+                a_off_at: Callable[[ir.Value], ir.Value],
+                b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value, c_: ir.Value,
+                ldc_: ir.Value, acc_flag: ir.Value, c_half: ir.Value | None,
+                bias_: ir.Value | None, prefetch_b: bool, cols: list[int]) -> None:
+    """One loop over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``."""
+    fn = builder.function
+    nc = len(cols)
     entry = builder.block
     loop = fn.append_basic_block("mk.loop")
     done = fn.append_basic_block("mk.done")
@@ -72,22 +94,22 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     i.add_incoming(ir.Constant(_I64, 0), entry)
     zero = ir.Constant(_VEC, [0.0] * _LANES)
     accs = []
-    for _ in range(nv * mr):
+    for _ in range(nc * len(a_rows)):
         phi = builder.phi(_VEC)
         phi.add_incoming(zero, entry)
         accs.append(phi)
     b_row = b_row_at(i)
-    bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in range(nv)]
+    bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in cols]
     a_off = a_off_at(i)
     # Prefetch A ahead: packed weights stream from memory once per call (inside a network
     # they are not cached), and the hardware prefetcher alone left the FMAs waiting.
     prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
                         ir.IntType(32)]), "llvm.prefetch.p0i8")
-    # When B is what streams (weights on the columns: micro_kernel_taps), its two lines
-    # per step are prefetched instead.
+    # When B is what streams (weights on the columns: micro_kernel_taps), its lines are
+    # prefetched instead.
     aheads = ([builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h))
-               for h in range(nv)] if prefetch_b else
+               for h in cols] if prefetch_b else
               [builder.add(builder.add(a_rows[0], a_off), ir.Constant(_I64, PREFETCH_BYTES))])
     for ahead in aheads:
         builder.call(prefetch, [builder.inttoptr(ahead, ir.IntType(8).as_pointer()),
@@ -96,10 +118,10 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     new = []
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
-    for r in range(mr):
-        sv = splat(builder, builder.load(_ptr(builder, a_rows[r], a_off, _F32), align=4))
-        for h in range(nv):
-            new.append(builder.call(fma, [sv, bs[h], accs[nv * r + h]]))
+    for row in a_rows:
+        sv = splat(builder, builder.load(_ptr(builder, row, a_off, _F32), align=4))
+        for j in range(nc):
+            new.append(builder.call(fma, [sv, bs[j], accs[len(new)]]))
     nxt = builder.add(i, ir.Constant(_I64, 1))
     i.add_incoming(nxt, loop)
     for phi, value in zip(accs, new):
@@ -111,17 +133,17 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     biases = None
     if bias_ is not None:
         biases = [builder.load(_ptr(builder, bias_, 4 * _LANES * h, _VEC), align=4)
-                  for h in range(nv)]
-    for r in range(mr):
-        row = builder.add(c_, builder.mul(ir.Constant(_I64, r), ldc_))
-        for h in range(nv):
+                  for h in cols]
+    for r in range(len(a_rows)):
+        row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
+        for j, h in enumerate(cols):
             ptr = _ptr(builder, row, (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0,
                        _VEC)
-            value = new[nv * r + h]
+            value = new[nc * r + j]
             with builder.if_then(add):
                 builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
             with builder.if_then(builder.not_(add)):
-                builder.store(value if biases is None else builder.fadd(value, biases[h]), ptr,
+                builder.store(value if biases is None else builder.fadd(value, biases[j]), ptr,
                               align=4)
 
 
