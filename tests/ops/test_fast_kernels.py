@@ -433,9 +433,13 @@ def test_resize_of_batch_or_channels_keeps_reference() -> None:
 
 # -- LSTM ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
-@pytest.mark.parametrize("batch,with_state", [(1, False), (3, True)])
+# The recurrent product per batch: fast_gemv's loop (1, 3), the micro-kernel over a packed
+# Rᵀ (8: one padded panel; 13: a whole panel and a ragged one), sgemm (20).
+@pytest.mark.parametrize("batch,with_state", [(1, False), (3, True), (8, True), (13, False),
+                                              (20, False)])
 def test_lstm(direction: str, batch: int, with_state: bool) -> None:
-    steps, size, hidden = 7, 12, 16
+    steps, size = 7, 12
+    hidden = 20 if batch == 13 else 16  # 80 gate columns: a ragged strip of the packed Rᵀ
     dirs = 2 if direction == "bidirectional" else 1
     ins = ["x", "w", "r", "b"] + (["", "h0", "c0"] if with_state else [])
     node = helper.make_node("LSTM", ins, ["y", "yh", "yc"], hidden_size=hidden,

@@ -6,7 +6,8 @@ activations, no peepholes, clip or sequence lengths, sequence-first layout.
    load, the threads splitting its columns (each streams its own part of W). fast_matmul's
    general product, which packs W at every call, took 0.35 ms of CRNN's 0.66 ms layers.
 2. The directions run concurrently (one thread each): per step h·Rᵀ (B × 4H) — fast_gemv's
-   loop over a prepared Rᵀ for a small batch, ``sgemm`` for a large one — then one loop
+   loop over a prepared Rᵀ for a batch of a few rows, the micro-kernel over Rᵀ packed once
+   (h staged into a whole panel) up to AXPY_BATCH, ``sgemm`` beyond — then one loop
    over B × H applying both biases, the gates (i, o, f, c in ONNX's order) and the state
    update, writing h straight into Y, whose slice is the next step's h operand.
 """
@@ -36,16 +37,23 @@ from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 Thunk = Callable[[], None]
 
 _DEFAULT = ["sigmoid", "tanh", "tanh"]
-# Up to this batch the recurrent product is fast_gemv's loop (sgemm would pack Rᵀ per step).
+# Up to this batch the recurrent product is fast_gemv's loop or the micro-kernel over a
+# packed Rᵀ (sgemm would pack Rᵀ at every step); the loop below PANEL_BATCH, where most
+# of a panel's rows would be padding. CRNN's batch 8: the loop re-read each row of C per
+# four rows of Rᵀ and ran the LSTM 1.4-1.7× onnxruntime's time.
 AXPY_BATCH = 16
+PANEL_BATCH = 4
 _ONE, _ZERO = np.float32(1), np.float32(0)
 # geo layout: [T, B, I, H, D, reverse of direction 0]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def _direction(d: int, rt: np.ndarray, bsum: np.ndarray, h0: np.ndarray, g: np.ndarray,
-               rh: np.ndarray, c: np.ndarray, y: np.ndarray, yh: np.ndarray, yc: np.ndarray,
-               geo: np.ndarray) -> None:
+def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.ndarray,
+               bsum: np.ndarray, h0: np.ndarray, g: np.ndarray, rh: np.ndarray, c: np.ndarray,
+               y: np.ndarray, yh: np.ndarray, yc: np.ndarray, geo: np.ndarray) -> None:
+    """One direction's steps. rt (D, H, 4H) Rᵀ; rp (D, packed Rᵀ) and hs (D, MR·H, zero
+    past the batch's rows), edge (D, MR·NR): the micro-kernel's operands, used for a
+    batch from PANEL_BATCH to AXPY_BATCH."""
     steps, batch, hidden, dirs = geo[0], geo[1], geo[3], geo[4]
     four = 4 * hidden
     width = dirs * four
@@ -61,9 +69,14 @@ def _direction(d: int, rt: np.ndarray, bsum: np.ndarray, h0: np.ndarray, g: np.n
         # rh = h · Rᵀ with Rᵀ prepared (H × 4H): every row of it is read once per step.
         src = h0 if prev < 0 else y
         h_at = d * state if prev < 0 else (prev * dirs + d) * state
-        if batch <= AXPY_BATCH:
+        if batch < PANEL_BATCH:
             axpy_rows(rt, rt_at, four, src, h_at, hidden, rh, rh_at, four, batch, 0, four,
                       hidden, _ONE)
+        elif batch <= AXPY_BATCH:
+            hd = hs[d]
+            hd[:state] = src[h_at:h_at + state]
+            gemm_rows(batch, four, hidden, hd.ctypes.data, hidden, rp[d], rh, rh_at, four,
+                      edge[d])
         else:
             sgemm(0, 0, batch, four, hidden, _ONE, src.ctypes.data + 4 * h_at, hidden,
                   rt.ctypes.data + 4 * rt_at, four, _ZERO, rh.ctypes.data + 4 * rh_at, four)
@@ -91,9 +104,10 @@ def _direction(d: int, rt: np.ndarray, bsum: np.ndarray, h0: np.ndarray, g: np.n
 
 
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def lstm(xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, rt: np.ndarray, bsum: np.ndarray,
-         h0: np.ndarray, g: np.ndarray, rh: np.ndarray, c: np.ndarray, y: np.ndarray,
-         yh: np.ndarray, yc: np.ndarray, geo: np.ndarray, nthreads: int) -> None:
+def lstm(xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, rt: np.ndarray, rp: np.ndarray,
+         hs: np.ndarray, bsum: np.ndarray, h0: np.ndarray, g: np.ndarray, rh: np.ndarray,
+         c: np.ndarray, y: np.ndarray, yh: np.ndarray, yc: np.ndarray, geo: np.ndarray,
+         nthreads: int) -> None:
     """xp: X (T·B × I) in rows padded to whole panels of MR; wp: Wᵀ packed (pack_b);
     edge (threads, MR·NR) the micro-kernel's scratch for ragged blocks."""
     m, k = geo[0] * geo[1], geo[2]
@@ -106,7 +120,7 @@ def lstm(xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, rt: np.ndarray, bsum:
             gemm_rows(m, min(n, s1 * NR) - s0 * NR, k, xp.ctypes.data, k, wp[s0 * k * NR:],
                       g, s0 * NR, n, edge[t])
     for d in prange(geo[4]):
-        _direction(d, rt, bsum, h0, g, rh, c, y, yh, yc, geo)
+        _direction(d, rt, rp, hs, edge, bsum, h0, g, rh, c, y, yh, yc, geo)
 
 
 def _applies(spec: LayerSpec) -> bool:
@@ -152,11 +166,17 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         # panels (the micro-kernel reads them), Wᵀ packed.
         xp = np.zeros((-(-steps * batch // MR) * MR, size), np.float32)
         wp = np.zeros(packed_b_size(size, gates), np.float32)
-        edge = np.zeros((nthreads, MR * NR), np.float32)
+        edge = np.zeros((max(nthreads, dirs), MR * NR), np.float32)
+        panel = PANEL_BATCH <= batch <= AXPY_BATCH
+        rp = np.zeros((dirs, packed_b_size(hidden, four) if panel else 0), np.float32)
+        hs = np.zeros((dirs, -(-batch // MR) * MR * hidden if panel else 0), np.float32)
         xs = src.reshape(steps * batch, size)
 
         def prepare() -> None:
             np.copyto(rt, r.transpose(0, 2, 1))
+            if panel:
+                for d in range(dirs):
+                    pack_b(rt[d].reshape(-1), four, hidden, four, rp[d])
             if b is not None:
                 np.add(b[:, :four], b[:, four:], out=bsum)
             pack_b(np.ascontiguousarray(w.reshape(gates, size).T).reshape(-1), gates, size,
@@ -168,7 +188,7 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                     and (b is None or not b.flags.writeable))
         if constant:
             prepare()
-        run = kernel_call(lstm, xp, wp, edge, rt.reshape(-1), bsum,
+        run = kernel_call(lstm, xp, wp, edge, rt.reshape(-1), rp, hs, bsum,
                           np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
                           rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
                           yh.reshape(-1), yc.reshape(-1), geo, nthreads)
