@@ -115,7 +115,6 @@ def test_blocked_micro_kernels(name: str, mr: int, nv: int, k: int, budget: int 
     vector registers: AVX2's budget, 6, is forced here on any machine)."""
     if budget is not None:  # a fresh kernel, generated under that register budget
         monkeypatch.setattr(simd, "ACC_VECTORS", budget)
-        monkeypatch.setattr(gemm, "ACC_VECTORS", budget)
         kernel = gemm._blocked(mr, nv)
     else:
         kernel = getattr(gemm, name)

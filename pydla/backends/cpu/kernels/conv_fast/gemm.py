@@ -29,7 +29,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from pydla.backends.cpu.kernels.conv_fast.simd import ACC_VECTORS, splat, split_rows
+from pydla.backends.cpu.kernels.conv_fast.simd import register_passes, splat
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 # The pixels-as-rows kernels' second row count: planes 7, 14, 28 or 56 pixels wide (and
@@ -67,13 +67,9 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     and B are then read once per pass, from L1."""
     # One base address per row of A, outside the loops.
     a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(mr)]
-    halves = [list(range(nv))] if mr * nv <= ACC_VECTORS else [[h] for h in range(nv)]
-    for cols in halves:
-        first = 0
-        for count in split_rows(mr, len(cols)):
-            _micro_pass(builder, a_rows[first:first + count], first, a_off_at, b_row_at, k_,
-                        c_, ldc_, acc_flag, c_half, bias_, prefetch_b, cols)
-            first += count
+    for rows, cols in register_passes(mr, nv):
+        _micro_pass(builder, a_rows[rows.start:rows.stop], rows.start, a_off_at, b_row_at, k_,
+                    c_, ldc_, acc_flag, c_half, bias_, prefetch_b, cols)
 
 
 def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,

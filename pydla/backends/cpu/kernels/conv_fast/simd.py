@@ -51,6 +51,20 @@ def split_rows(rows: int, per_row: int) -> list[int]:
     return [rows // groups + (1 if g < rows % groups else 0) for g in range(groups)]
 
 
+def register_passes(rows: int, cols: int) -> list[tuple[range, list[int]]]:
+    """The loops a register-blocked block of ``rows`` × ``cols`` accumulator vectors runs
+    as: (its rows, its column vectors) each — the whole block where it fits ACC_VECTORS,
+    else one column vector at a time, its rows in groups (split_rows)."""
+    col_sets = [list(range(cols))] if rows * cols <= ACC_VECTORS else [[c] for c in range(cols)]
+    passes = []
+    for col_set in col_sets:
+        first = 0
+        for count in split_rows(rows, len(col_set)):
+            passes.append((range(first, first + count), col_set))
+            first += count
+    return passes
+
+
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, LANES)
 _I64 = ir.IntType(64)
@@ -260,15 +274,8 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
                             value = _clamp(builder, value, args[8], args[9])
                         builder.store(value, vec(at), align=4)
 
-            # Within the register file: all blocks at once where they fit, else one block
-            # at a time; the pixels in groups (simd.ACC_VECTORS).
-            block_sets = ([list(range(blocks))] if pixels * blocks <= ACC_VECTORS
-                          else [[k] for k in range(blocks)])
-            for blks in block_sets:
-                first = 0
-                for count in split_rows(pixels, len(blks)):
-                    run(list(range(first, first + count)), blks)
-                    first += count
+            for pix, blks in register_passes(pixels, blocks):  # within the registers
+                run(list(pix), blks)
             return context.get_dummy_value()
 
         return sig, codegen
