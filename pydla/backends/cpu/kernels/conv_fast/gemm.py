@@ -29,17 +29,25 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from pydla.backends.cpu.kernels.conv_fast.simd import register_passes, splat
+from pydla.backends.cpu.kernels.conv_fast.simd import counted_loop, register_passes, splat
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 # The pixels-as-rows kernels' second row count: planes 7, 14, 28 or 56 pixels wide (and
 # 7×7 = 49 pixels) split into whole panels of 7 — of 12 a 7-pixel row wastes 5, 49
 # pixels 11. Both shapes run at the FMA peak from L1 (≈ 245 GFLOP/s a core measured).
 MR7 = 7
-KC, MC = 256, 144  # K slice (B strip 32 KiB) and M block (A block 144 KiB)
+# K slice (a B strip of KC × 32) and M block (an A block of MC × KC). A block that runs
+# as one pass (AVX-512) reads its B strip once per call: 256 (32 KiB). One that runs as
+# several passes (AVX2) reads it once per pass: 128, so that the strip (16 KiB) stays in
+# L1 with A's panel across them (1×1 and strided 3×3 layers ran 10-20 % faster on a Zen 3
+# core).
+KC = 256 if len(register_passes(MR, 2)) == 1 else 128
+MC = 144
 _LANES = 16
 PREFETCH_BYTES = 2048  # how far ahead of the micro-kernel's reads of A to prefetch
-PREFETCH_B_BYTES = 1024  # or of B's, when the weights are B (8 steps of K ahead)
+# ... or of B's, when the weights are B: 32 steps of K, for in a network they come from DRAM
+# (512->512 3×3 at 7×7 ran 8-10 % faster than 8 steps ahead on a Zen 3).
+PREFETCH_B_BYTES = 4096
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, _LANES)
 _I64 = ir.IntType(64)
@@ -55,7 +63,8 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
                    a_sr_: ir.Value, b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value,
                    c_: ir.Value, ldc_: ir.Value, acc_flag: ir.Value,
                    c_half: ir.Value | None = None, bias_: ir.Value | None = None,
-                   prefetch_b: bool = False, mr: int = MR, nv: int = 2) -> None:
+                   prefetch_b: bool = False, mr: int = MR, nv: int = 2,
+                   by16: bool = False) -> None:
     """The micro-kernel's body, ``mr`` rows: A's row r at step i is at a_ + r·a_sr_ +
     ``a_off_at(i)``, ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is
     two vectors at c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``:
@@ -67,64 +76,71 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     and B are then read once per pass, from L1."""
     # One base address per row of A, outside the loops.
     a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(mr)]
-    for rows, cols in register_passes(mr, nv):
+    for index, (rows, cols) in enumerate(register_passes(mr, nv)):
+        # Streamed B: the first pass prefetches every column's lines, the others find them
+        # in L1. Else A is prefetched, by every pass.
+        fetch = (("b", list(range(nv))) if index == 0 else ("", [])) if prefetch_b else ("a", [])
         _micro_pass(builder, a_rows[rows.start:rows.stop], rows.start, a_off_at, b_row_at, k_,
-                    c_, ldc_, acc_flag, c_half, bias_, prefetch_b, cols)
+                    c_, ldc_, acc_flag, c_half, bias_, fetch, cols, by16)
 
 
 def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                 a_off_at: Callable[[ir.Value], ir.Value],
                 b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value, c_: ir.Value,
                 ldc_: ir.Value, acc_flag: ir.Value, c_half: ir.Value | None,
-                bias_: ir.Value | None, prefetch_b: bool, cols: list[int]) -> None:
-    """One loop over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``."""
-    fn = builder.function
-    nc = len(cols)
-    entry = builder.block
-    loop = fn.append_basic_block("mk.loop")
-    done = fn.append_basic_block("mk.done")
-    builder.branch(loop)
+                bias_: ir.Value | None, fetch: tuple[str, list[int]], cols: list[int],
+                by16: bool = False) -> None:
+    """One pass over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``.
 
-    builder.position_at_end(loop)
-    i = builder.phi(_I64)
-    i.add_incoming(ir.Constant(_I64, 0), entry)
-    zero = ir.Constant(_VEC, [0.0] * _LANES)
-    accs = []
-    for _ in range(nc * len(a_rows)):
-        phi = builder.phi(_VEC)
-        phi.add_incoming(zero, entry)
-        accs.append(phi)
-    b_row = b_row_at(i)
-    bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in cols]
-    a_off = a_off_at(i)
-    # Prefetch A ahead: packed weights stream from memory once per call (inside a network
-    # they are not cached), and the hardware prefetcher alone left the FMAs waiting.
+    ``by16``: K runs in blocks of 16 steps written out, i = 16·j + lane, then a loop over
+    the k % 16 steps left. A kernel whose A steps in blocks of 16 (blocked channels, taps)
+    computes its addresses once per block that way — one step of the plain loop spent
+    more instructions on its A offset than on its loads (a 7-row block on AVX2 issued 51
+    instructions per 16 FMAs, above what a Zen 3 core retires per cycle)."""
+    nc = len(cols)
     prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
                         ir.IntType(32)]), "llvm.prefetch.p0i8")
-    # When B is what streams (weights on the columns: micro_kernel_taps), its lines are
-    # prefetched instead.
-    aheads = ([builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h))
-               for h in cols] if prefetch_b else
-              [builder.add(builder.add(a_rows[0], a_off), ir.Constant(_I64, PREFETCH_BYTES))])
-    for ahead in aheads:
-        builder.call(prefetch, [builder.inttoptr(ahead, ir.IntType(8).as_pointer()),
-                                ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
-                                ir.Constant(ir.IntType(32), 1)])
-    new = []
     fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         _VEC, [_VEC, _VEC, _VEC]), "llvm.fma.v16f32")
-    for row in a_rows:
-        sv = splat(builder, builder.load(_ptr(builder, row, a_off, _F32), align=4))
-        for j in range(nc):
-            new.append(builder.call(fma, [sv, bs[j], accs[len(new)]]))
-    nxt = builder.add(i, ir.Constant(_I64, 1))
-    i.add_incoming(nxt, loop)
-    for phi, value in zip(accs, new):
-        phi.add_incoming(value, loop)
-    builder.cbranch(builder.icmp_signed("<", nxt, k_), loop, done)
 
-    builder.position_at_end(done)
+    def prefetch_at(address: ir.Value) -> None:
+        builder.call(prefetch, [builder.inttoptr(address, ir.IntType(8).as_pointer()),
+                                ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
+                                ir.Constant(ir.IntType(32), 1)])
+
+    def step(i: ir.Value, accs: list[ir.Value], fetch_a: bool) -> list[ir.Value]:
+        b_row = b_row_at(i)
+        bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in cols]
+        a_off = a_off_at(i)
+        # Prefetch A ahead: packed weights stream from memory once per call (inside a
+        # network they are not cached), and the hardware prefetcher alone left the FMAs
+        # waiting. When B is what streams (weights on the columns: micro_kernel_taps),
+        # its lines are prefetched instead.
+        if fetch[0] == "b":
+            for h in fetch[1]:
+                prefetch_at(builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h)))
+        elif fetch[0] == "a" and fetch_a:
+            prefetch_at(builder.add(builder.add(a_rows[0], a_off),
+                                    ir.Constant(_I64, PREFETCH_BYTES)))
+        new = []
+        for row in a_rows:
+            sv = splat(builder, builder.load(_ptr(builder, row, a_off, _F32), align=4))
+            for j in range(nc):
+                new.append(builder.call(fma, [sv, bs[j], accs[len(new)]]))
+        return new
+
+    zero = ir.Constant(_VEC, [0.0] * _LANES)
+    accs: list[ir.Value] = [zero] * (nc * len(a_rows))
+    if by16:
+        blocks = builder.ashr(k_, ir.Constant(_I64, 4))
+        accs = counted_loop(builder, ir.Constant(_I64, 0), blocks, accs, lambda j, acc: (
+            _block16(builder, j, acc, step)))
+        start = builder.shl(blocks, ir.Constant(_I64, 4))
+    else:
+        start = ir.Constant(_I64, 0)
+    accs = counted_loop(builder, start, k_, accs, lambda i, acc: step(i, acc, True))
+
     add = builder.icmp_signed("!=", acc_flag, ir.Constant(_I64, 0))
     biases = None
     if bias_ is not None:
@@ -135,12 +151,24 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
         for j, h in enumerate(cols):
             ptr = _ptr(builder, row, (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0,
                        _VEC)
-            value = new[nc * r + j]
+            value = accs[nc * r + j]
             with builder.if_then(add):
                 builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
             with builder.if_then(builder.not_(add)):
                 builder.store(value if biases is None else builder.fadd(value, biases[j]), ptr,
                               align=4)
+
+
+def _block16(builder: ir.IRBuilder, j: ir.Value, accs: list[ir.Value],
+             step: Callable[[ir.Value, list[ir.Value], bool], list[ir.Value]]) -> list[ir.Value]:
+    """Steps 16·j … 16·j + 15, i built with ``or`` so that LLVM folds i >> 4 to j and
+    i & 15 to the lane: A's block offset is computed once, the lanes become constants; A
+    is prefetched once per block (its 16 steps read the same lines)."""
+    base = builder.shl(j, ir.Constant(_I64, 4))
+    for lane in range(_LANES):
+        i = builder.or_(base, ir.Constant(_I64, lane)) if lane else base
+        accs = step(i, accs, lane == 0)
+    return accs
 
 
 @intrinsic
@@ -154,7 +182,7 @@ def micro_kernel(typingctx, a, a_sk, a_sr, b, k, c, ldc, accumulate):  # type: i
         a_, a_sk_, a_sr_, b_, k_, c_, ldc_, acc_flag = args
         _micro_codegen(builder, a_, lambda i: builder.mul(i, a_sk_), a_sr_,
                        lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
-                       k_, c_, ldc_, acc_flag)
+                       k_, c_, ldc_, acc_flag, by16=True)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -196,7 +224,7 @@ def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
 
             _micro_codegen(builder, a_, a_off, a_sr_,
                            lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
-                           k_, c_, ldc_, acc_flag, c_half_, bias_, mr=mr, nv=nv)
+                           k_, c_, ldc_, acc_flag, c_half_, bias_, mr=mr, nv=nv, by16=True)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -236,7 +264,8 @@ def _taps(mr: int):  # type: ignore[no-untyped-def]
 
             _micro_codegen(builder, a_, a_off, a_sr_,
                            lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
-                           k_, c_, ldc_, acc_flag, c_half_, bias_, prefetch_b=True, mr=mr)
+                           k_, c_, ldc_, acc_flag, c_half_, bias_, prefetch_b=True, mr=mr,
+                           by16=True)
             return context.get_dummy_value()
 
         return sig, codegen

@@ -51,10 +51,11 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     micro_kernel_blocked_16,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.simd import pass_cost
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import kernel_call
 
-PIXELS = 144  # pixels per task: its rows of X (144 × KC floats) stay in L2 across strips
+PIXELS = 144  # pixels per task: its rows of X (144 × K floats) stay in L2 across strips
 
 
 @njit(inline="always", error_model="numpy")
@@ -220,11 +221,15 @@ def _pointwise(g: Conv2d, strided: bool) -> bool:
 
 
 def rows_for(pixels: int) -> int:
-    """The micro-kernel's rows for a block of ``pixels``: MR7 where panels of 12 would
-    waste more than 2 % of the rows (7×7 = 49 pixels: 11 of 60; 14×14: 8 of 204) and
-    panels of 7 waste fewer."""
-    waste12, waste7 = -pixels % MR, -pixels % MR7
-    return MR7 if waste7 < waste12 and waste12 > 0.02 * pixels else MR
+    """The micro-kernel's rows for a block of ``pixels``: MR7 where its panels cost more
+    than 2 % less than panels of 12 — the rows a ragged last panel wastes against how
+    fast each shape runs (simd.pass_cost): with AVX-512 both run at the FMA peak and a
+    7×7 plane's 49 pixels (11 of 60 wasted by 12) or 14×14 (8 of 204) take MR7; on AVX2
+    a 7-row block runs at 7/8 of the peak and only 7×7 does."""
+    def cost(mr: int) -> float:
+        return -(-pixels // mr) * pass_cost(mr, 2)
+
+    return MR7 if cost(MR7) < 0.98 * cost(MR) else MR
 
 
 def split(n: int, pixels: int, strips: int, nthreads: int, mr: int = MR) -> int:

@@ -40,7 +40,12 @@ def _target_features() -> set[str]:
 # AVX-512, two of 16 with AVX2 — and a loop that keeps more live than the registers hold
 # spills at every step (12×32 GEMM blocks ran at 38 % of AVX2's FMA peak). Three quarters
 # of the file, the rest for the operands.
-ACC_VECTORS = 24 if "avx512f" in _target_features() else 6
+_AVX512 = "avx512f" in _target_features()
+ACC_VECTORS = 24 if _AVX512 else 6
+# Native registers per 16-float vector, and the independent FMA chains a core needs in
+# flight to keep both FMA pipes busy (latency 4 × 2 pipes: Zen 3, Skylake-X, Ice Lake).
+NATIVE_PER_VECTOR = 1 if _AVX512 else 2
+FMA_CHAINS = 8
 
 
 def split_rows(rows: int, per_row: int) -> list[int]:
@@ -65,6 +70,18 @@ def register_passes(rows: int, cols: int) -> list[tuple[range, list[int]]]:
     return passes
 
 
+def pass_cost(rows: int, cols: int) -> float:
+    """Relative time per step of K of a register-blocked block of ``rows`` × ``cols``
+    accumulator vectors: its FMAs, stretched for each pass that holds fewer accumulator
+    registers than FMA_CHAINS (it waits on its own FMAs: on AVX2 a 7-row block runs as
+    passes of 4 and 3 rows, the second at 6 of 8 chains)."""
+    total = 0.0
+    for group, col_set in register_passes(rows, cols):
+        regs = len(group) * len(col_set) * NATIVE_PER_VECTOR
+        total += len(group) * len(col_set) * max(1.0, FMA_CHAINS / regs)
+    return total
+
+
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, LANES)
 _I64 = ir.IntType(64)
@@ -76,6 +93,39 @@ def splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
                                    ir.Constant(ir.IntType(32), 0))
     return builder.shuffle_vector(lane0, ir.Constant(_VEC, ir.Undefined),
                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+
+def counted_loop(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value, accs: list[ir.Value],
+                 body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """for i in [lo, hi): accs = body(i, accs) — skipped when empty; returns the accs."""
+    fn = builder.function
+    entry = builder.block
+    loop = fn.append_basic_block("loop")
+    done = fn.append_basic_block("done")
+    builder.cbranch(builder.icmp_signed("<", lo, hi), loop, done)
+    builder.position_at_end(loop)
+    i = builder.phi(_I64)
+    i.add_incoming(lo, entry)
+    phis = []
+    for value in accs:
+        phi = builder.phi(_VEC)
+        phi.add_incoming(value, entry)
+        phis.append(phi)
+    new = body(i, phis)
+    tail = builder.block
+    nxt = builder.add(i, ir.Constant(_I64, 1))
+    i.add_incoming(nxt, tail)
+    for phi, value in zip(phis, new):
+        phi.add_incoming(value, tail)
+    builder.cbranch(builder.icmp_signed("<", nxt, hi), loop, done)
+    builder.position_at_end(done)
+    out = []
+    for before, value in zip(accs, new):
+        merged = builder.phi(_VEC)
+        merged.add_incoming(before, entry)
+        merged.add_incoming(value, tail)
+        out.append(merged)
+    return out
 
 
 def _combine(builder: ir.IRBuilder, row: Sequence[float], src: list[ir.Value]) -> ir.Value:
@@ -223,48 +273,34 @@ def tap_sum(pixels: int, broadcast: bool = False, blocks: int = 1,
             else:
                 bases = [builder.add(s, builder.mul(st, ir.Constant(_I64, p)))
                          for p in range(pixels)]
-            fn = builder.function
 
             def run(pix: list[int], blks: list[int]) -> None:
                 """One loop over the taps: accumulators for pixels ``pix`` × blocks ``blks``."""
                 starts = [builder.load(vec(builder.add(b, ir.Constant(_I64, 64 * k))),
                                        align=4) for k in blks]
-                entry = builder.block
-                loop = fn.append_basic_block("taps.loop")
-                done = fn.append_basic_block("taps.done")
-                builder.branch(loop)
-                builder.position_at_end(loop)
-                t = builder.phi(_I64)
-                t.add_incoming(ir.Constant(_I64, 0), entry)
-                accs = []  # pixel-major: accs[p·len(blks) + k]
-                for _ in pix:
-                    for start in starts:
-                        phi = builder.phi(_VEC)
-                        phi.add_incoming(start, entry)
-                        accs.append(phi)
-                off = _offset(builder, offs, t)
-                row = builder.add(w, builder.mul(t, ir.Constant(_I64, 64 * blocks)))
-                wvs = [builder.load(vec(builder.add(row, ir.Constant(_I64, 64 * k))), align=4)
-                       for k in blks]
 
-                def source(base):  # type: ignore[no-untyped-def]
-                    addr = builder.add(base, off)
-                    if not broadcast:
-                        return builder.load(vec(addr), align=4)
-                    return splat(builder, builder.load(
-                        builder.inttoptr(addr, _F32.as_pointer()), align=4))
+                def body(t: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+                    # accs pixel-major: accs[p·len(blks) + k]
+                    off = _offset(builder, offs, t)
+                    row = builder.add(w, builder.mul(t, ir.Constant(_I64, 64 * blocks)))
+                    wvs = [builder.load(vec(builder.add(row, ir.Constant(_I64, 64 * k))),
+                                        align=4) for k in blks]
 
-                new = []
-                for p in pix:
-                    x = source(bases[p])
-                    for wv in wvs:
-                        new.append(builder.call(fma, [wv, x, accs[len(new)]]))
-                nxt = builder.add(t, ir.Constant(_I64, 1))
-                t.add_incoming(nxt, loop)
-                for phi, value in zip(accs, new):
-                    phi.add_incoming(value, loop)
-                builder.cbranch(builder.icmp_signed("<", nxt, n), loop, done)
-                builder.position_at_end(done)
+                    def source(base):  # type: ignore[no-untyped-def]
+                        addr = builder.add(base, off)
+                        if not broadcast:
+                            return builder.load(vec(addr), align=4)
+                        return splat(builder, builder.load(
+                            builder.inttoptr(addr, _F32.as_pointer()), align=4))
+
+                    new = []
+                    for p in pix:
+                        x = source(bases[p])
+                        for wv in wvs:
+                            new.append(builder.call(fma, [wv, x, accs[len(new)]]))
+                    return new
+
+                new = counted_loop(builder, ir.Constant(_I64, 0), n, starts * len(pix), body)
                 for i, p in enumerate(pix):
                     for j, k in enumerate(blks):
                         at = builder.add(builder.add(d, builder.mul(ds, ir.Constant(_I64, k))),
