@@ -34,7 +34,8 @@ from pydla.backends.cpu.kernels.conv_fast.simd import counted_loop, register_pas
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 # The pixels-as-rows kernels' second row count: planes 7, 14, 28 or 56 pixels wide (and
 # 7×7 = 49 pixels) split into whole panels of 7 — of 12 a 7-pixel row wastes 5, 49
-# pixels 11. Both shapes run at the FMA peak from L1 (≈ 245 GFLOP/s a core measured).
+# pixels 11. Both shapes run at the FMA peak from L1 with AVX-512 (≈ 245 GFLOP/s a core
+# measured); on AVX2 a 7-row block runs below it (simd.pass_cost).
 MR7 = 7
 # K slice (a B strip of KC × 32) and M block (an A block of MC × KC). A block that runs
 # as one pass (AVX-512) reads its B strip once per call: 256 (32 KiB). One that runs as
@@ -82,18 +83,19 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     for index, (rows, cols) in enumerate(register_passes(mr, nv)):
         # Streamed B: the first pass prefetches every column's lines, the others find them
         # in L1. Else A is prefetched, by every pass.
-        fetch = (("b", list(range(nv))) if index == 0 else ("", [])) if prefetch_b else ("a", [])
+        fetch_b = list(range(nv)) if prefetch_b and index == 0 else []
         _micro_pass(builder, a_rows[rows.start:rows.stop], rows.start, a_off_at, b_row_at, k_,
-                    c_, ldc_, acc_flag, c_half, bias_, fetch, cols, a_lane)
+                    c_, ldc_, acc_flag, c_half, bias_, not prefetch_b, fetch_b, cols, a_lane)
 
 
 def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                 a_off_at: Callable[[ir.Value], ir.Value],
                 b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value, c_: ir.Value,
                 ldc_: ir.Value, acc_flag: ir.Value, c_half: ir.Value | None,
-                bias_: ir.Value | None, fetch: tuple[str, list[int]], cols: list[int],
+                bias_: ir.Value | None, fetch_a: bool, fetch_b: list[int], cols: list[int],
                 a_lane: ir.Value | None = None) -> None:
-    """One pass over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``.
+    """One pass over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``;
+    it prefetches A's lines (``fetch_a``) or B's of the column vectors ``fetch_b``.
 
     ``a_lane``: the bytes between A's values of consecutive steps within a run of 16 —
     then K runs in blocks of UNROLL steps written out (and a loop over the steps left),
@@ -112,7 +114,7 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                                 ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
                                 ir.Constant(ir.IntType(32), 1)])
 
-    def step(i: ir.Value, accs: list[ir.Value], fetch_a: bool,
+    def step(i: ir.Value, accs: list[ir.Value], new_lines: bool,
              a_off: ir.Value | None = None) -> list[ir.Value]:
         b_row = b_row_at(i)
         bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in cols]
@@ -122,10 +124,9 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
         # network they are not cached), and the hardware prefetcher alone left the FMAs
         # waiting. When B is what streams (weights on the columns: micro_kernel_taps),
         # its lines are prefetched instead.
-        if fetch[0] == "b":
-            for h in fetch[1]:
-                prefetch_at(builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h)))
-        elif fetch[0] == "a" and fetch_a:
+        for h in fetch_b:
+            prefetch_at(builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h)))
+        if fetch_a and new_lines:  # A: once per block of steps, which share its lines
             prefetch_at(builder.add(builder.add(a_rows[0], a_off),
                                     ir.Constant(_I64, PREFETCH_BYTES)))
         new = []
