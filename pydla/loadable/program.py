@@ -10,6 +10,12 @@ import numpy as np
 from pydla.dtypes import DType
 from pydla.formats import TensorDescriptor
 
+# How a tensor may share its parent's bytes (pydla.plan.aliasing): a part of an in-place
+# Concat's output, the same bytes under a reshape's shape, or an in-place layer's output
+# written over its input.
+ALIAS_KINDS = ("view", "reshape", "reuse")
+RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -20,7 +26,7 @@ class TensorInfo:
     kind: str  # input | output | activation | weight
     offset: int  # into the weights section (weight) or the activation arena (others)
     nbytes: int
-    # (parent tensor, byte offset into it, "view" | "reuse") when it shares the parent's bytes
+    # (parent tensor, byte offset into it, one of ALIAS_KINDS) when it shares the parent's bytes
     alias: tuple[int, int, str] | None = None
 
 

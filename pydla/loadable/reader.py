@@ -34,7 +34,14 @@ from pydla.loadable.format import (
     VERSION_MAJOR,
     align,
 )
-from pydla.loadable.program import IOTensor, LayerInfo, Program, TensorInfo
+from pydla.loadable.program import (
+    ALIAS_KINDS,
+    RESHAPES,
+    IOTensor,
+    LayerInfo,
+    Program,
+    TensorInfo,
+)
 
 _MAX_ATTR_DEPTH = 6
 
@@ -210,7 +217,7 @@ class _Validator:
         if "alias" in t:
             a = self.get(t, "alias", dict, path)
             kind_a = self.get(a, "kind", str, f"{path}.alias")
-            if kind_a not in ("view", "reuse") or kind not in ("activation",):
+            if kind_a not in ALIAS_KINDS or kind not in ("activation",):
                 raise self.fail(f"{path}.alias", f"bad alias kind {kind_a!r} on a {kind}")
             alias = (self.get(a, "tensor", int, f"{path}.alias"),
                      self.get(a, "offset", int, f"{path}.alias"), kind_a)
@@ -336,6 +343,10 @@ class _Validator:
             if kind == "view":
                 ok = (w is not None and w.op == "Concat" and w.attrs.get("in_place") is True
                       and t.index in w.inputs)
+            elif kind == "reshape":  # all of the parent's bytes, which nothing rewrites
+                ok = (w is not None and w.op in RESHAPES and w.attrs.get("in_place") is True
+                      and w.inputs[:1] == (p,) and rel == 0 and t.nbytes == parent.nbytes
+                      and parent.kind == "activation")
             else:
                 ok = (w is not None and w.attrs.get("in_place") is True and w.inputs[0] == p
                       and rel == 0 and parent.alias is None and last_reader.get(p) == w.index)
@@ -345,7 +356,9 @@ class _Validator:
         for p, kids in children.items():
             if any(k.alias[2] == "reuse" for k in kids) and len(kids) > 1:  # type: ignore[index]
                 raise self.fail(f"tensors[{p}]", "a reused tensor has more than one child")
-            kids = sorted(kids, key=lambda k: k.alias[1])  # type: ignore[index]
+            # Concat's parts tile their parent; reshapes span all of it and are read-only.
+            kids = sorted((k for k in kids if k.alias[2] == "view"),  # type: ignore[index]
+                          key=lambda k: k.alias[1])  # type: ignore[index]
             for a, b in zip(kids, kids[1:]):
                 if a.alias[1] + a.nbytes > b.alias[1]:  # type: ignore[index]
                     raise self.fail(f"tensors[{b.index}]", f"views {a.name!r} and {b.name!r} "

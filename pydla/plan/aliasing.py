@@ -1,7 +1,11 @@
-"""Buffer aliasing decided at planning time: concat elimination and in-place execution.
+"""Buffer aliasing decided at planning time: concat and reshape elimination, in-place
+execution.
 
 - *view*: each input of a Concat whose leading dims are all 1 is written straight into its
   slice of the Concat output; the Concat layer copies nothing (``in_place``).
+- *reshape*: a Reshape, Flatten, Squeeze or Unsqueeze of an activation is that activation's
+  bytes under another shape (row-major, same size); the layer copies nothing (``in_place``).
+  Copying cost BERT-tiny 9 µs per reshape, eight per run, where onnxruntime aliases.
 - *reuse*: an in-place-safe pointwise layer writes its output over its first input when that
   input dies there.
 The planner then places one buffer per alias group (pydla.plan.lower).
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pydla.ir import Graph, Node, Value
+from pydla.loadable.program import RESHAPES
 from pydla.ops import INPLACE_SAFE
 
 
@@ -21,7 +26,7 @@ from pydla.ops import INPLACE_SAFE
 class Alias:
     parent: Value
     offset: int  # bytes into the parent
-    kind: str  # "view" | "reuse"
+    kind: str  # "view" | "reshape" | "reuse"
 
 
 def plan_aliases(graph: Graph) -> dict[int, Alias]:
@@ -55,6 +60,20 @@ def plan_aliases(graph: Graph) -> dict[int, Alias]:
             aliases[id(v)] = Alias(out, offset, "view")
             offset += v.shape[axis] * inner
         has_children.add(id(out))
+        node.attrs = {**node.attrs, "in_place": True}
+
+    # After the concat views: a reshaped value may be one's part (the chain is followed).
+    # Its parent is then read-only for good: no layer may later reuse its bytes in place.
+    for node in graph.nodes:
+        if node.op not in RESHAPES or len(node.outputs) != 1 or not node.inputs:
+            continue
+        x, y = node.inputs[0], node.outputs[0]
+        if (x is None or x.producer is None or x.is_const or id(x) in outputs
+                or id(y) in outputs or id(y) in aliases or x.dtype != y.dtype
+                or x.nbytes != y.nbytes):
+            continue
+        aliases[id(y)] = Alias(x, 0, "reshape")
+        has_children.add(id(x))
         node.attrs = {**node.attrs, "in_place": True}
 
     for i, node in enumerate(graph.nodes):

@@ -16,7 +16,7 @@ from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder
 from pydla.backends.cpu.steps import prebind
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import KernelError, LoadableError, PydlaError
-from pydla.loadable.program import LayerInfo, Program
+from pydla.loadable.program import RESHAPES, LayerInfo, Program
 from pydla.ops import INPLACE_SAFE
 
 _HALF = (DType.FLOAT16, DType.BFLOAT16)
@@ -86,7 +86,8 @@ def _spec(program: Program, layer: LayerInfo) -> LayerSpec:
 
 
 def _noop(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-    """A Concat whose inputs were written straight into their slices of its output."""
+    """A Concat whose inputs were written straight into their slices of its output, or a
+    reshape whose output is its input's bytes."""
 
 
 def _in_place(layer: LayerInfo, run: RunFn, ins: list[np.ndarray | None],
@@ -103,6 +104,12 @@ def _in_place(layer: LayerInfo, run: RunFn, ins: list[np.ndarray | None],
                 raise LoadableError(0, f"layer {layer.name!r}: an in-place Concat input is not "
                                     "its slice of the output")
             offset += x.shape[axis] * inner
+        return _noop
+    if layer.op in RESHAPES:
+        x, y = ins[0], outs[0]
+        if x is None or x.ctypes.data != y.ctypes.data or x.nbytes != y.nbytes:
+            raise LoadableError(0, f"layer {layer.name!r}: an in-place {layer.op}'s output is "
+                                "not its input's bytes")
         return _noop
     final = layer.attrs["program"][-1]["op"] if layer.op == "Pointwise" else layer.op
     if final not in INPLACE_SAFE:
