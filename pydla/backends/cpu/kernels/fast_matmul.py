@@ -188,7 +188,7 @@ class Product:
             # classifier's 1024×1000 weights, 4 MB, took 0.09 ms on one thread, 0.05 on two).
             parallel = nthreads > 1 and n * k * batches >= GEMV_PARALLEL_MIN
         rows, cols = m, n
-        if parallel and mode != SGEMM:
+        if parallel and mode in (DOT, AXPY):
             cols = -(-n // (-(-2 * nthreads // batches)))
             cols = -(-cols // 16) * 16
         elif parallel and batches < 2 * nthreads:

@@ -10,7 +10,8 @@ to whatever the CPU has. Where the CPU has fewer registers than the block needs 
 simd.ACC_VECTORS), the block runs as several loops over K, each within the registers.
 
 Blocking follows Goto: K in slices of KC (a B strip of KC × 32 stays in L1), M in blocks of
-MC (an A block of MC × KC stays in L2, reused by every strip of B). Operands are packed
+MC (an A block of MC × KB stays in L2, reused by every strip of B, whose KB/KC slices add
+to the same block of C in turn). Operands are packed
 into panels first: A (m × k) into MR-row panels ``[panel][k][MR]``, B (k × n) into NR-column
 panels ``[panel][k][NR]``, zero-padded, so that every micro-kernel call reads contiguous
 memory. Constant operands (weights) are packed once by their callers.
@@ -44,6 +45,7 @@ MR7 = 7
 # core).
 KC = 256 if len(register_passes(MR, 2)) == 1 else 128
 MC = 144
+KB = 512  # values of K whose slices add to a block of C in turn (gemm): MC × KB in L2
 _LANES = 16
 # Steps of K written out per loop iteration (_micro_pass; divides 16): 4 ran as fast as 8
 # and 16 on a Zen 3 core (1×1 layers) and compiles in half the time of 16.
@@ -369,25 +371,32 @@ def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndar
     strips, panels = -(-n // NR), -(-m // MR)
     ca, ea = c.ctypes.data, edge.ctypes.data
     a_sk, a_sr = (MR * 4, 4) if mp else (4, lda * 4)
-    for k0 in range(0, k, KC):
-        kc = min(KC, k - k0)
-        first = 1 if k0 == 0 else 0
+    # Within a span of KB values of K, its slices run innermost but one: a block of MC
+    # rows × one strip of C stays in L1/L2 while they add to it, and the rows' span of A
+    # (MC × KB) stays in L2 for every strip. With each slice of KC outermost, every slice
+    # read and wrote all of C again (a 1024×512 product with K = 512: 4 × 2 MB through L3).
+    for kb in range(0, k, KB):
         for m0 in range(0, panels, MC // MR):
             for s in range(strips):
-                b = bp.ctypes.data + ((s * k + k0) * NR) * 4
                 cols = min(NR, n - s * NR)
-                for p in range(m0, min(panels, m0 + MC // MR)):
-                    if mp:
-                        ak = a + (k0 * mp + (p0 + p) * kc * MR) * 4
-                    else:
-                        ak = a + (p * MR * lda + k0) * 4
-                    rows = min(MR, m - p * MR)
-                    if rows == MR and cols == NR:
-                        micro_kernel(ak, a_sk, a_sr, b, kc,
-                                     ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4, 1 - first)
-                    else:  # a ragged block: through the scratch block
-                        micro_kernel(ak, a_sk, a_sr, b, kc, ea, NR * 4, 0)
-                        _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows, cols, first)
+                for k0 in range(kb, min(k, kb + KB), KC):
+                    kc = min(KC, k - k0)
+                    first = 1 if k0 == 0 else 0
+                    b = bp.ctypes.data + ((s * k + k0) * NR) * 4
+                    for p in range(m0, min(panels, m0 + MC // MR)):
+                        if mp:
+                            ak = a + (k0 * mp + (p0 + p) * kc * MR) * 4
+                        else:
+                            ak = a + (p * MR * lda + k0) * 4
+                        rows = min(MR, m - p * MR)
+                        if rows == MR and cols == NR:
+                            micro_kernel(ak, a_sk, a_sr, b, kc,
+                                         ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4,
+                                         1 - first)
+                        else:  # a ragged block: through the scratch block
+                            micro_kernel(ak, a_sk, a_sr, b, kc, ea, NR * 4, 0)
+                            _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows, cols,
+                                   first)
 
 
 @njit(inline="always", error_model="numpy")
