@@ -6,7 +6,8 @@ import struct
 
 MAGIC = b"PYDLALD\x00"
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
+# 1: a tensor's alias may be of kind "reshape" (a 1.0 reader refuses it: bad alias kind)
+VERSION_MINOR = 1
 HEADER_SIZE = 128
 ALIGNMENT = 64
 DIGEST_OFFSET = 64

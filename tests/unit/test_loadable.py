@@ -16,7 +16,13 @@ from pydla.builder import BuildOptions, build
 from pydla.engine import LoadedModule
 from pydla.errors import IncompatibleLoadableError, LoadableError
 from pydla.loadable import read_loadable
-from pydla.loadable.format import DIGEST_OFFSET, HEADER, HEADER_SIZE
+from pydla.loadable.format import (
+    DIGEST_OFFSET,
+    HEADER,
+    HEADER_SIZE,
+    VERSION_MAJOR,
+    VERSION_MINOR,
+)
 from tests.oracle import make_model
 
 OPS = CpuBackend().supported_ops()
@@ -61,7 +67,7 @@ def resign(data: bytes, meta: dict | None = None, raw_meta: bytes | None = None)
 
 def test_round_trip_and_run(loadable: bytes) -> None:
     prog = read_loadable(loadable, OPS)
-    assert prog.version == (1, 0)
+    assert prog.version == (VERSION_MAJOR, VERSION_MINOR) == (1, 1)
     assert [lay.op for lay in prog.layers] == ["Add", "Relu", "Add"]
     assert [lay.fused_from for lay in prog.layers] == [("add1",), ("relu1",), ("add2",)]
     assert prog.inputs[0].descriptor.size == 2 * 3 * 8 * 4
