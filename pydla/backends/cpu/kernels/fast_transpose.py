@@ -59,11 +59,10 @@ def reduce_perm(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], l
     return merged_shape, [rank[g[0]] for g in groups]
 
 
-def _starts(shape: Sequence[int], perm: Sequence[int], drop: Sequence[int]) -> np.ndarray:
-    """Input element index of the first element of each run or plane: the input indices
-    transposed, with the ``drop`` input axes fixed at 0, in output order."""
-    index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape).transpose(perm)
-    picks = tuple(0 if perm[o] in drop else slice(None) for o in range(len(perm)))
+def _firsts(index: np.ndarray, fixed: Sequence[int]) -> np.ndarray:
+    """``index`` (element indices laid out in output order) with the output axes ``fixed``
+    at 0, flattened: where each run or plane starts."""
+    picks = tuple(0 if o in fixed else slice(None) for o in range(index.ndim))
     return np.ascontiguousarray(index[picks]).reshape(-1)
 
 
@@ -89,14 +88,17 @@ def rows_par(x: np.ndarray, y: np.ndarray, starts: np.ndarray, length: int,
 @njit(cache=True, nogil=True, error_model="numpy")
 def rows_seq(x: np.ndarray, y: np.ndarray, starts: np.ndarray, length: int,
              nthreads: int) -> None:
+    """``rows_par`` on the calling thread (same arguments)."""
     _rows_range(x, y, starts, length, 0, starts.shape[0])
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _tiles(x: np.ndarray, y: np.ndarray, src: int, dst: int, jn: int, qn: int, sp: int,
-           sq: int, j0: int, j1: int, vector: bool) -> None:
-    """Rows j0…j1 - 1 of one plane: y[dst + q·sq + j] = x[src + j·sp + q] for q < qn."""
+def _tiles(x: np.ndarray, y: np.ndarray, src: int, dst: int, qn: int, sp: int, sq: int,
+           j0: int, j1: int) -> None:
+    """Rows j0…j1 - 1 of one plane: y[dst + q·sq + j] = x[src + j·sp + q] for q < qn; whole
+    tiles of 4-byte elements in registers."""
     size = x.itemsize
+    vector = size == 4
     xa, ya = x.ctypes.data, y.ctypes.data
     for jt in range(j0, j1, LANES):
         jw = min(LANES, j1 - jt)
@@ -114,7 +116,7 @@ def _tiles(x: np.ndarray, y: np.ndarray, src: int, dst: int, jn: int, qn: int, s
 
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 def planes_par(x: np.ndarray, y: np.ndarray, srcs: np.ndarray, dsts: np.ndarray, jn: int,
-               qn: int, sp: int, sq: int, nthreads: int, vector: bool) -> None:
+               qn: int, sp: int, sq: int, nthreads: int) -> None:
     """Each plane k: y[dsts[k] + q·sq + j] = x[srcs[k] + j·sp + q], j < jn, q < qn; the
     threads share the planes' bands of 16 rows."""
     bands = -(-jn // LANES)
@@ -123,15 +125,16 @@ def planes_par(x: np.ndarray, y: np.ndarray, srcs: np.ndarray, dsts: np.ndarray,
     for t in prange(nthreads):
         for task in range(t * per, min(tasks, (t + 1) * per)):
             k, band = task // bands, task % bands
-            _tiles(x, y, srcs[k], dsts[k], jn, qn, sp, sq, band * LANES,
-                   min(jn, (band + 1) * LANES), vector)
+            _tiles(x, y, srcs[k], dsts[k], qn, sp, sq, band * LANES,
+                   min(jn, (band + 1) * LANES))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def planes_seq(x: np.ndarray, y: np.ndarray, srcs: np.ndarray, dsts: np.ndarray, jn: int,
-               qn: int, sp: int, sq: int, nthreads: int, vector: bool) -> None:
+               qn: int, sp: int, sq: int, nthreads: int) -> None:
+    """``planes_par`` on the calling thread (same arguments)."""
     for k in range(srcs.shape[0]):
-        _tiles(x, y, srcs[k], dsts[k], jn, qn, sp, sq, 0, jn, vector)
+        _tiles(x, y, srcs[k], dsts[k], qn, sp, sq, 0, jn)
 
 
 def _applies(spec: LayerSpec) -> bool:
@@ -150,22 +153,20 @@ def bind_strided_copy(spec: LayerSpec) -> RunFn:
     total = math.prod(shape)
     parallel = nthreads > 1 and total * x_spec.dtype.np.itemsize >= PARALLEL_MIN
     d = len(shape)
+    # Element indices in output order: the input's (transposed) and the output's own.
+    src_index = np.arange(total, dtype=np.int64).reshape(shape).transpose(order)
     if d == 0 or order[-1] == d - 1:  # runs of the last axis (the whole tensor if d ≤ 1)
-        length = shape[-1] if d else 1
-        starts = _starts(shape, order, [d - 1]) if d else np.zeros(1, np.int64)
+        starts = _firsts(src_index, [d - 1])
         kernel: Callable[..., None] = rows_par if parallel else rows_seq
-        extra: tuple[object, ...] = (starts, length, nthreads)
+        extra: tuple[object, ...] = (starts, shape[-1] if d else 1, nthreads)
     else:
         p, q = order[-1], order.index(d - 1)
         sp = math.prod(shape[p + 1:])
         sq = math.prod(shape[order[o]] for o in range(q + 1, d))
-        srcs = _starts(shape, order, [p, d - 1])
-        dst_index = np.arange(total, dtype=np.int64).reshape([shape[a] for a in order])
-        picks = tuple(0 if o in (q, d - 1) else slice(None) for o in range(d))
-        dsts = np.ascontiguousarray(dst_index[picks]).reshape(-1)
+        srcs = _firsts(src_index, [q, d - 1])
+        dsts = _firsts(np.arange(total, dtype=np.int64).reshape(src_index.shape), [q, d - 1])
         kernel = planes_par if parallel else planes_seq
-        extra = (srcs, dsts, shape[p], shape[d - 1], sp, sq, nthreads,
-                 x_spec.dtype.np.itemsize == 4)
+        extra = (srcs, dsts, shape[p], shape[d - 1], sp, sq, nthreads)
 
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
         x = ins[0]
