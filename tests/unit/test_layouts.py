@@ -318,6 +318,24 @@ def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | 
                                    atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
+@pytest.mark.parametrize("case", [(2, 24, 40, 13, 11, 1, 1, 1, "bb"),
+                                  (1, 300, 20, 4, 6, 1, 1, 1, "bb"),  # K in slices
+                                  (2, 40, 24, 8, 7, 1, 2, 1, "bb")])  # strided
+def test_pointwise_gemm_multiplies_only_real_channels(case: tuple[Any, ...]) -> None:
+    """gemm_nchw16c's K is the layer's channel count, not the blocked one: NaN in the
+    padded lanes of its input never reaches the output (before, a quarter of a 24-channel
+    layer's FMAs multiplied those lanes by zero weights)."""
+    battrs, specs, ins, yshape, want = _blocked_layer(case, "clip")
+    c = case[1]
+    ins[0] = ins[0].copy()
+    ins[0][:, -1, :, :, c % 16:] = np.nan
+    got = _run(LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), "gemm_nchw16c"),
+               ins)
+    m = case[2]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(to_planar(got, m), want, rtol=1e-4, atol=1e-4)
+
+
 # Blocked depthwise geometry (the kernel reads its input in place and leaves out the taps
 # that fall in the padding): (n, c, h, w, kernel, strides, pads t/l/b/r, dilations).
 DEPTHWISE = [

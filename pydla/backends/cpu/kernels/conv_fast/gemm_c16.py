@@ -81,7 +81,7 @@ def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr
 
 @njit(inline="always")
 def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b: int,
-           kc: int, out: int, c_half: int, bias: int, more: int) -> None:
+           kc: int, out: int, c_half: int, bias: int, more: int, pf: int) -> None:
     # Row strides are literals at each call (16 floats blocked, 1 planar): LLVM then folds
     # the row addresses into one base register (as a variable they spilled, 3× slower).
     # ``one``: an odd last block of output channels, the strip's first vector only (its
@@ -91,24 +91,24 @@ def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b
         if mr == MR7:
             if blocked:
                 micro_kernel_blocked7_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias,
-                                         more)
+                                         more, pf)
             else:
                 micro_kernel_blocked7_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
-                                         more)
+                                         more, pf)
         elif blocked:
-            micro_kernel_blocked_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
+            micro_kernel_blocked_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf)
         else:
             micro_kernel_blocked_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
-                                    more)
+                                    more, pf)
     elif mr == MR7:
         if blocked:
-            micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
+            micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf)
         else:
-            micro_kernel_blocked7(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more)
+            micro_kernel_blocked7(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf)
     elif blocked:
-        micro_kernel_blocked(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more)
+        micro_kernel_blocked(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf)
     else:
-        micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more)
+        micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf)
 
 
 @njit(inline="always", error_model="numpy")
@@ -129,7 +129,7 @@ def _subsample(x: np.ndarray, xs: np.ndarray, planes: int, h: int, w: int, sh: i
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
+def gemm_c16(x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp: np.ndarray,
              bias: np.ndarray, y: np.ndarray, m: int, y_blocked: bool, pb: int,
              nthreads: int, rag: np.ndarray, stage: np.ndarray, acc: np.ndarray,
              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
@@ -137,7 +137,9 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
              h: int, w: int, sh: int, sw: int, ow: int, stream: bool,
              strip_major: bool) -> None:
     """x flat: n images of p pixels, blocked (k/16 blocks of p × 16) or planar (k rows
-    of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar; bias
+    of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar — of
+    which only the c input channels' rows are multiplied (MobileNetV2's 24 channels at
+    56×56 are 32 blocked: a quarter of those layers' FMAs multiplied zeros); bias
     (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or (n·m, p) planar; pb
     pixels per block (a multiple of mr, the micro-kernel's rows: MR or MR7). A task is one
     strip of one pixel block; each thread takes a run of consecutive tasks (the strips of
@@ -159,6 +161,10 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
     # between kk and kk + 1.
     a_blk, a_lane, r_blk = p * L * 4, p * 4, mr * L * 4
     ba = bias.ctypes.data
+    # With at most two strips each row of a blocked X is read once or twice: it comes from
+    # memory, and the micro-kernel prefetches every row's line (gemm._micro_pass), not
+    # just the first's; with more, X stays in L2 across the strips.
+    pf = L * 4 if x_blocked and strips <= 2 else 0
     for t in prange(nthreads):
         rg, st = rag[t], stage[t]
         ra, sa = rg.ctypes.data, st.ctypes.data
@@ -177,18 +183,18 @@ def gemm_c16(x: np.ndarray, n: int, p: int, x_blocked: bool, bp: np.ndarray,
                 _ragged(x, first, k, p, x_blocked, tail, mr, rg)
                 staged = block
             xa = x.ctypes.data + (img * k * p + q0 * (L if x_blocked else 1)) * 4
-            for k0 in range(0, k, KC):
-                kc = min(KC, k - k0)
+            for k0 in range(0, c, KC):
+                kc = min(KC, c - k0)
                 b = bp.ctypes.data + (s * k + k0) * NR * 4
                 more = 1 if k0 else 0  # the first slice stores, with the bias
                 one = mb % 2 == 1 and s == strips - 1
                 for pi in range(panels):
                     step = pi * mr * (L if x_blocked else 1) * 4
                     _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
-                           sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more)
+                           sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
                 if tail:
                     _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
-                           sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more)
+                           sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
             for half in range(2):
                 blk = 2 * s + half
                 if blk >= mb:
@@ -288,7 +294,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         rag, stage, acc = (s.array for s in work)
-        call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, blocked, bp, bias,
+        call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, geo.c, blocked, bp, bias,
                            out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
                            rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
                            local, mr, xs,
