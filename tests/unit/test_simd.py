@@ -92,12 +92,12 @@ def test_split_rows_within_the_register_budget(rows: int, per_row: int) -> None:
     assert len(groups) == -(-rows // max(1, ACC_VECTORS // per_row))  # as few as fit
 
 
-def _micro(kernel, mr: int):  # type: ignore[no-untyped-def]
+def _micro(kernel, mr: int, a_pf: int):  # type: ignore[no-untyped-def]
     @njit
     def run(x: np.ndarray, p: int, b: np.ndarray, k: int, c: np.ndarray, bias: np.ndarray,
             accumulate: int) -> None:
         kernel(x.ctypes.data, p * 64, 4, 64, b.ctypes.data, k, c.ctypes.data, 64, mr * 64,
-               bias.ctypes.data, accumulate)
+               bias.ctypes.data, accumulate, a_pf)
 
     return run
 
@@ -108,11 +108,13 @@ def _micro(kernel, mr: int):  # type: ignore[no-untyped-def]
                                         ("micro_kernel_blocked7_16", 7, 1)])
 @pytest.mark.parametrize("k", [1, 17, 64])
 @pytest.mark.parametrize("budget", [None, 6, 3])
+@pytest.mark.parametrize("a_pf", [0, 64])
 def test_blocked_micro_kernels(name: str, mr: int, nv: int, k: int, budget: int | None,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+                               a_pf: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every row and column vector of C, stored with the bias then accumulated — whether
     the block runs in one pass over K or in several (where its accumulators outgrow the
-    vector registers: AVX2's budget, 6, is forced here on any machine)."""
+    vector registers: AVX2's budget, 6, is forced here on any machine), prefetching one
+    row's lines of A or every row's (``a_pf``: prefetches never change a result)."""
     if budget is not None:  # a fresh kernel, generated under that register budget
         monkeypatch.setattr(simd, "ACC_VECTORS", budget)
         kernel = gemm._blocked(mr, nv)
@@ -123,7 +125,7 @@ def test_blocked_micro_kernels(name: str, mr: int, nv: int, k: int, budget: int 
     b = RNG.standard_normal((k, 32)).astype(np.float32)
     bias = RNG.standard_normal(32).astype(np.float32)
     c = np.full((2, mr, 16), 7.0, np.float32)
-    run = _micro(kernel, mr)
+    run = _micro(kernel, mr, a_pf)
     a = x.transpose(1, 0, 2).reshape(p, -1)[:mr, :k]
     want = a.astype(np.float64) @ b.astype(np.float64) + bias
     run(x, p, b, k, c, bias, 0)
