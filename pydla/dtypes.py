@@ -89,6 +89,11 @@ _SHORT = {
 _BY_NAME = {m.name.lower(): m for m in DType} | {v: k for k, v in _SHORT.items()}
 
 
+# The unsigned integer type of each element size in bytes: an element's bits, to move or
+# blend them exactly whatever its type (NaN payloads, -0.0).
+UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     """Widen bfloat16 bit patterns (uint16) to float32 exactly."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

@@ -19,11 +19,10 @@ import numpy as np
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu.registry import kernel
+from pydla.dtypes import UINT_OF_SIZE
 
 Inputs = Sequence[np.ndarray | None]
 Outputs = Sequence[np.ndarray]
-
-_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def unaliased(x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -38,7 +37,7 @@ def select(condition: np.ndarray, x: np.ndarray, y: np.ndarray | None, out: np.n
     several times faster than np.where or a masked copy, whose branches mispredict on
     irregular masks.
     """
-    bits = _BITS[out.dtype.itemsize]
+    bits = UINT_OF_SIZE[out.dtype.itemsize]
     mask = condition.astype(bits)
     np.negative(mask, out=mask)  # 1 → all bits set
     o = out.view(bits)

@@ -31,6 +31,7 @@ from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, copy_bytes, transpose16
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import PreboundKernel, kernel_call
+from pydla.dtypes import UINT_OF_SIZE
 
 Thunk = Callable[[], None]
 
@@ -39,7 +40,6 @@ Thunk = Callable[[], None]
 # thread then copies mostly what its own core wrote (BERT-tiny's 64 KB transposes of a
 # MatMul's output: 15-30 µs on one thread, 7-12 on two, in the network).
 PARALLEL_MIN = 1 << 14
-_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def reduce_perm(shape: Sequence[int], perm: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -140,7 +140,7 @@ def planes_seq(x: np.ndarray, y: np.ndarray, srcs: np.ndarray, dsts: np.ndarray,
 def _applies(spec: LayerSpec) -> bool:
     x, y = spec.inputs[0], spec.outputs[0]
     return (len(spec.inputs) == 1 and x is not None and x.dtype == y.dtype
-            and x.dtype.np.itemsize in _UINTS and x.dtype.np.kind in "fiub")
+            and x.dtype.np.itemsize in UINT_OF_SIZE and x.dtype.np.kind in "fiub")
 
 
 def bind_strided_copy(spec: LayerSpec) -> RunFn:
@@ -148,7 +148,7 @@ def bind_strided_copy(spec: LayerSpec) -> RunFn:
     assert x_spec is not None
     perm = [int(a) for a in spec.attrs["perm"]]
     shape, order = reduce_perm(x_spec.shape, perm)
-    uint = _UINTS[x_spec.dtype.np.itemsize]
+    uint = UINT_OF_SIZE[x_spec.dtype.np.itemsize]
     nthreads = threads.configure()
     total = math.prod(shape)
     parallel = nthreads > 1 and total * x_spec.dtype.np.itemsize >= PARALLEL_MIN

@@ -112,7 +112,8 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
     steps covers 8 — with a blocked A (a_pf 64) every row of the pass, not just its first.
     Where A streams from memory once (a 1×1 layer with few output channels at batch 8)
     the hardware prefetcher did not keep up with a row per line: MobileNetV2's 32->16
-    projection at 112×112 ran 2.8 -> 1.3 ms. 0: both prefetches hit the first row's line."""
+    projection at 112×112, batch 8, ran 3.5 -> 1.9 ms. 0: both prefetches hit the first
+    row's line."""
     nc = len(cols)
     prefetch = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
         ir.VoidType(), [ir.IntType(8).as_pointer(), ir.IntType(32), ir.IntType(32),
@@ -126,7 +127,8 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                                 ir.Constant(ir.IntType(32), 1)])
 
     def step(i: ir.Value, accs: list[ir.Value], new_lines: bool,
-             a_off: ir.Value | None = None, spread: ir.Value | None = None) -> list[ir.Value]:
+             a_off: ir.Value | None = None, lines: list[ir.Value] | None = None
+             ) -> list[ir.Value]:
         b_row = b_row_at(i)
         bs = [builder.load(_ptr(builder, b_row, 4 * _LANES * h, _VEC), align=4) for h in cols]
         if a_off is None:
@@ -139,10 +141,8 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
             prefetch_at(builder.add(b_row, ir.Constant(_I64, PREFETCH_B_BYTES + 64 * h)))
         if fetch_a and new_lines:  # A: once per block of steps, which share its lines
             ahead = builder.add(builder.add(a_rows[0], a_off), ir.Constant(_I64, PREFETCH_BYTES))
-            if spread is not None and a_pf is not None:
-                ahead = builder.add(ahead, spread)
-                prefetch_at(builder.add(ahead, a_pf))
-            prefetch_at(ahead)
+            for line in lines or [ir.Constant(_I64, 0)]:
+                prefetch_at(builder.add(ahead, line))
         new = []
         for row in a_rows:
             sv = splat(builder, builder.load(_ptr(builder, row, a_off, _F32), align=4))
@@ -189,14 +189,15 @@ def _block(builder: ir.IRBuilder, j: ir.Value, accs: list[ir.Value],
     ``a_pf`` is given (_micro_pass)."""
     base = builder.shl(j, ir.Constant(_I64, UNROLL.bit_length() - 1))
     first = a_off_at(base)
-    spread = None
+    lines = None  # bytes past the first row's line that the block prefetches
     if a_pf is not None:
         which = builder.and_(j, ir.Constant(_I64, _LANES // UNROLL - 1))
         spread = builder.mul(which, builder.shl(a_pf, ir.Constant(_I64, 1)))
+        lines = [spread, builder.add(spread, a_pf)]
     for lane in range(UNROLL):
         i = builder.or_(base, ir.Constant(_I64, lane)) if lane else base
         off = builder.add(first, builder.mul(a_lane, ir.Constant(_I64, lane))) if lane else first
-        accs = step(i, accs, lane == 0, off, spread)
+        accs = step(i, accs, lane == 0, off, lines)
     return accs
 
 
