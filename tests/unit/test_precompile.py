@@ -5,6 +5,8 @@ builder only starts workers for tactics it has not bound yet."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -61,3 +63,23 @@ def test_builder_skips_tactics_it_has_bound(monkeypatch: pytest.MonkeyPatch) -> 
     assert calls and calls[0]  # the candidates not yet bound in this process
     build(model, BuildOptions(autotune=True))
     assert calls[-1] == []  # all bound by the first build: nothing to hand out
+
+
+def test_heaviest_groups_go_first_and_modules_stay_together() -> None:
+    def job(op: str, module: str) -> dict[str, object]:
+        return {"op": op, "module": module, "tactic": module}
+
+    jobs = [job("MaxPool", "pool"), job("Conv", "gemm"), job("Conv", "wino"),
+            job("Flatten", "copy"), job("Conv", "wino")]
+    order = precompile.groups_in_order(jobs)
+    assert [g[0]["module"] for g in order[:2]] == ["wino", "gemm"]  # 2 × 20, 20
+    assert len(order[0]) == 2  # both Winograd tactics, in one worker
+    assert {g[0]["module"] for g in order[2:]} == {"pool", "copy"}
+
+
+def test_a_worker_answers_each_group() -> None:
+    job = precompile.encode(_conv_spec("im2col"), [False, True, True], "m")
+    lines = json.dumps([job]) + "\n" + json.dumps([{**job, "tactic": "no-such"}]) + "\n"
+    done = subprocess.run([sys.executable, "-m", "pydla.plan.precompile"], input=lines,
+                          capture_output=True, text=True, timeout=600, check=True)
+    assert done.stdout.split() == ["done", "done"]  # a bad job is skipped, not fatal

@@ -31,17 +31,31 @@ def prebind(run: RunFn, inputs: Sequence[np.ndarray | None],
     return functools.partial(run, inputs, outputs)
 
 
+class Fixed:
+    """A kernel argument that ``kernel_call`` compiles the kernel for as a constant: a flag
+    fixed per tactic (a blocked or planar layout), so that numba compiles only the
+    branches it takes. A kernel that served both layouts compiled both: ResNet-50's 1×1
+    GEMM, 28 → 19 s on first use. Not for values that differ from layer to layer — each
+    would compile the kernel again."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool | int) -> None:
+        self.value = value
+
+
 def kernel_call(fn: Callable[..., object], *args: object) -> Thunk:
     """``partial(fn, *args)``; for a numba kernel, on its compiled entry point for these
     arguments' types (compiled, or loaded from numba's cache, now): a call then skips the
     dispatcher's matching of every argument's type against its overloads — ≈ 0.3 µs of
     the ≈ 1 µs a layer's kernel with 25 arguments costs to call, paid by every layer of
-    every run."""
+    every run. ``Fixed`` arguments are typed as literals."""
+    values = tuple(a.value if isinstance(a, Fixed) else a for a in args)
     if isinstance(fn, Dispatcher):
-        types = tuple(numba.typeof(a, Purpose.argument) for a in args)
-        return functools.partial(fn.compile(types), *args)
-    return functools.partial(fn, *args)
-
+        types = tuple(numba.types.literal(a.value) if isinstance(a, Fixed)
+                      else numba.typeof(a, Purpose.argument) for a in args)
+        return functools.partial(fn.compile(types), *values)
+    return functools.partial(fn, *values)
 
 Prebinder = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray]], Thunk]
 

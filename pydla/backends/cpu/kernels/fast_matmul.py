@@ -122,7 +122,7 @@ def _packed_block(a: np.ndarray, a_at: int, lda: int, left: int, rows: int, bp: 
 def gemm_par(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float,
              geo: np.ndarray) -> None:
     tasks = geo[10] * ((geo[2] + geo[8] - 1) // geo[8]) * ((geo[3] + geo[9] - 1) // geo[9])
-    for task in prange(tasks):
+    for task in prange(0, tasks):  # int64 index: see driver_source
         product_block(task, a, b, c, alpha, geo)
 
 
@@ -150,7 +150,10 @@ def driver_source(extras: int) -> str:
                   f"def {name}(a, b, c, alpha, ggeo{regs}, pgeo):",
                   "    tasks = ggeo[10] * ((ggeo[2] + ggeo[8] - 1) // ggeo[8]) * "
                   "((ggeo[3] + ggeo[9] - 1) // ggeo[9])",
-                  f"    for task in {loop}(tasks):",
+                  # From a start that is a variable, not a literal 0: numba then types
+                  # prange's index as int64, as the driver's typing before the parfor pass
+                  # does, not uint64 — else product_block compiles twice (≈ 15 s).
+                  f"    for task in {loop}(0, tasks):",
                   "        product_block(task, a, b, c, alpha, ggeo)",
                   "        batch, r0, r1, c0, c1 = block_coords(task, ggeo)",
                   f"        base = ggeo[{_HEADER} + 3 * batch + 2] + c0",

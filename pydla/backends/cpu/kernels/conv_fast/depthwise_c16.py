@@ -133,7 +133,7 @@ def unstage(ob: np.ndarray, nl: int, p: int, dst: np.ndarray, d0: int) -> None:
             out[d0 + j] = ob[j, lane]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(error_model="numpy")
 def emit(ob: np.ndarray, nl: int, p: int, y: np.ndarray, row0: int, col0: int,
          a: np.ndarray, local: bool, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
          full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
@@ -155,7 +155,7 @@ def emit(ob: np.ndarray, nl: int, p: int, y: np.ndarray, row0: int, col0: int,
                          scratch)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(error_model="numpy")
 def emit_blocked(ob: np.ndarray, p: int, y: np.ndarray, row: int, col0: int,
                  code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
                  vecs: np.ndarray, scratch: np.ndarray, stream: bool) -> None:

@@ -41,7 +41,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
+from pydla.backends.cpu.steps import Fixed, kernel_call
 
 MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thin layers
 MAX_PIXELS = 4  # or output planes this small, whatever K
@@ -59,7 +59,7 @@ _S4_3, _S1_3 = tap_sum(4, True, 3), tap_sum(1, True, 3)
 _S4_4, _S1_4 = tap_sum(4, True, 4), tap_sum(1, True, 4)
 
 
-@njit(inline="always")
+@njit
 def _taps(g: int, pixels: int, src: int, step: int, offs: int, w: int, taps: int, b: int,
           dst: int, dst_step: int) -> None:
     """``pixels`` (8 for two blocks, else 4; or 1) pixels of g blocks."""
@@ -214,7 +214,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                            geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
                            nthreads, stage, obuf, acc, code, prm, full0, full1, vecs,
                            args.scratch.array,
-                           local, geo.m, blocked, blocked and streams(spec.outputs[0].shape))
+                           local, geo.m, Fixed(blocked), blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -160,22 +160,33 @@ def _operand(kind: int, index: int, spare: int, acc: np.ndarray, yr: int, yo: in
     return row
 
 
-@njit(cache=True, error_model="numpy")
+@njit(inline="always")
 def run_epilogue(acc: np.ndarray, y: np.ndarray, yr: int, yo: int, code: np.ndarray,
                  prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
                  scratch: np.ndarray) -> None:
     """y[yr, yo:yo+n] = program(acc), acc a 1-D block of n values (never a view of y);
     rows of y, full0 and full1 are image·channels + channel, vecs is (registers, rows)."""
-    run_epilogue_to(acc, y[yr, yo:yo + acc.shape[0]], yr, yo, code, prm, full0, full1, vecs,
-                    scratch)
+    _program(acc, y[yr, yo:yo + acc.shape[0]], np.int64(yr), np.int64(yo), code, prm, full0,
+             full1, vecs, scratch)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(inline="always")
 def run_epilogue_to(acc: np.ndarray, out: np.ndarray, yr: int, yo: int, code: np.ndarray,
                     prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
                     scratch: np.ndarray) -> None:
     """``run_epilogue`` with the result in ``out`` (n values; it may be scratch row
     steps - 1, which the last step does not read) instead of y's run at (yr, yo)."""
+    _program(acc, out, np.int64(yr), np.int64(yo), code, prm, full0, full1, vecs, scratch)
+
+
+# The interpreter itself, compiled once per process for all the kernels that call it
+# (numba's cache keeps it): its callers pass row indices as literals, prange's unsigned
+# index or int64, each a signature of its own — compiled again, 3-8 s each — unless cast
+# to int64 first, as the two fronts above do.
+@njit(cache=True, error_model="numpy")
+def _program(acc: np.ndarray, out: np.ndarray, yr: int, yo: int, code: np.ndarray,
+             prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+             scratch: np.ndarray) -> None:
     n = acc.shape[0]
     steps = code.shape[0]
     spare = steps  # rows steps and steps+1 of scratch hold broadcast operands

@@ -409,12 +409,16 @@ def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndar
                         else:
                             ak = a + (p * MR * lda + k0) * 4
                         rows = min(MR, m - p * MR)
-                        if rows == MR and cols == NR:
-                            micro_kernel(ak, a_sk, a_sr, b, kc,
-                                         ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4,
-                                         1 - first)
-                        else:  # a ragged block: through the scratch block
-                            micro_kernel(ak, a_sk, a_sr, b, kc, ea, NR * 4, 0)
+                        # A ragged block goes through the scratch block. One call site:
+                        # each is a copy of the micro-kernel's code to compile.
+                        whole = rows == MR and cols == NR
+                        if whole:
+                            dst = ca + (c0 + p * MR * ldc + s * NR) * 4
+                            ld, more = ldc * 4, 1 - first
+                        else:
+                            dst, ld, more = ea, NR * 4, 0
+                        micro_kernel(ak, a_sk, a_sr, b, kc, dst, ld, more)
+                        if not whole:
                             _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows, cols,
                                    first)
 
@@ -438,12 +442,13 @@ def gemm_gather(m: int, n: int, k: int, ap: np.ndarray, rows: int, p0: int, offs
                 for p in range(m0, min(panels, m0 + MC // MR)):
                     ak = a + (k0 * mp + (p0 + p) * kc * MR) * 4
                     rows_here = min(MR, m - p * MR)
-                    if rows_here == MR and cols == NR:
-                        micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc,
-                                          ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4,
-                                          1 - first)
+                    whole = rows_here == MR and cols == NR  # else through the scratch block
+                    if whole:
+                        dst, ld, more = ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4, 1 - first
                     else:
-                        micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc, ea, NR * 4, 0)
+                        dst, ld, more = ea, NR * 4, 0
+                    micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc, dst, ld, more)
+                    if not whole:
                         _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows_here, cols, first)
 
 

@@ -53,7 +53,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import pass_cost
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
+from pydla.backends.cpu.steps import Fixed, kernel_call
 
 PIXELS = 144  # pixels per task: its rows of X (144 × K floats) stay in L2 across strips
 
@@ -79,7 +79,7 @@ def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr
                 flat[kk * mr + r] = x[at + kk * p + r] if r < tail else 0
 
 
-@njit(inline="always")
+@njit
 def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b: int,
            kc: int, out: int, c_half: int, bias: int, more: int, pf: int) -> None:
     # Row strides are literals at each call (16 floats blocked, 1 planar): LLVM then folds
@@ -294,8 +294,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         rag, stage, acc = (s.array for s in work)
-        call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, geo.c, blocked, bp, bias,
-                           out_rows(outputs[0], *y_shape), geo.m, geo.y_blocked, pb, nthreads,
+        call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, geo.c, Fixed(blocked), bp, bias,
+                           out_rows(outputs[0], *y_shape), geo.m, Fixed(geo.y_blocked), pb,
+                           nthreads,
                            rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
                            local, mr, xs,
                            geo.h, geo.w, geo.sh, geo.sw, geo.ow,

@@ -58,14 +58,14 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
+from pydla.backends.cpu.steps import Fixed, kernel_call
 
 PIXELS = 192  # output pixels per band (a K slice of their windows stays in L2)
 STAGE_BYTES = 768 * 1024  # a band's staged input (all channel blocks), kept in L2
 MIN_K = 64  # c·kh·kw below this: direct_c16's broadcast loop is the better kernel
 
 
-@njit(inline="always")
+@njit
 def _panel(sw: int, mr: int, src: int, tk: int, b: int, kc: int, out: int, c_half: int,
            bias: int, more: int) -> None:
     # The row stride is a literal at each call (strides 1 and 2): LLVM then keeps the
@@ -137,7 +137,8 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
                     out = ca + (s - s0) * 2 * pad * L * 4
                     if rstride == cols:  # stride 1: panels run on across rows
                         for v in range(0, (nrows - 1) * cols + ow, mr):
-                            _panel(1, mr, sa + v * L * 4, tk, b, kc, out + v * L * 4,
+                            # sw (1), not a literal 1: numba would compile _panel twice
+                            _panel(sw, mr, sa + v * L * 4, tk, b, kc, out + v * L * 4,
                                    pad * L * 4, ba + s * NR * 4, more)
                         continue
                     for r in range(nrows):  # panels of mr pixels along each output row
@@ -275,7 +276,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         call = kernel_call(taps_c16, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh, geo.sw,
                            geo.top, geo.left, (geo.kh - 1) * geo.dh + 1, band, rstride, groups,
                            nthreads, taps, stage, flat, cbuf, acc, code, prm, full0, full1, vecs,
-                           args.scratch.array, local, mr, geo.x_blocked, blocked,
+                           args.scratch.array, local, mr, Fixed(geo.x_blocked), Fixed(blocked),
                            blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)

@@ -57,7 +57,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
+from pydla.backends.cpu.steps import Fixed, kernel_call
 
 # Tiles per chunk: enough rows for efficient GEMMs, few enough for the chunk to stay in L2.
 CHUNK_TILES = 96
@@ -122,7 +122,7 @@ def _copied_row(x: np.ndarray, band: np.ndarray, r: int, ih: int, lo: int, hi: i
                 bf[np.uint64(out + col * cv + j)] = xf[np.uint64(src + col * LANES + j)]
 
 
-@njit(inline="always", error_model="numpy")
+@njit(error_model="numpy")
 def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int,
                blocked: bool) -> None:
     """band[r, col, ch] = x at channel ch, row ih0 + r, column col - left, zero outside the
@@ -146,7 +146,7 @@ def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int,
 
 # -- steps 2 and 3: transforms over 16-channel vectors ----------------------------------
 
-@njit(inline="always")
+@njit
 def _input_tiles(band: np.ndarray, v: np.ndarray, plane: int, tmp: np.ndarray, m: int,
                  tile_rows: int, tw: int) -> None:
     """Product matrix a·i + j (at v[(a·i + j)·plane:], tiles × channels of band) gets
@@ -175,7 +175,7 @@ def _input_tiles(band: np.ndarray, v: np.ndarray, plane: int, tmp: np.ndarray, m
                         _BT4(t0 + i * a * _VB, _VB, dst + a * i * plane, plane)
 
 
-@njit(inline="always")
+@njit
 def _output_tiles(p: np.ndarray, plane: int, band: np.ndarray, tmp: np.ndarray, m: int,
                   tile_rows: int, tw: int, cb0: int, cb1: int) -> None:
     """band[m·ty + i, m·tx + j, :] = (Aᵀ M A)[i, j] of tile (ty, tx) from the products
@@ -262,7 +262,7 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
                            scratch[t])
 
 
-@njit(inline="always", error_model="numpy")
+@njit(error_model="numpy")
 def _write_blocked(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, mb: int,
                    r0: int, r1: int, ow: int, lo: int, hi: int, acc: np.ndarray,
                    code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
@@ -286,7 +286,7 @@ def _write_blocked(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, m
                      full1, vecs, scratch, stream)
 
 
-@njit(inline="always", error_model="numpy")
+@njit(error_model="numpy")
 def _write_out(out: np.ndarray, bias: np.ndarray, y: np.ndarray, img: int, mo: int, r0: int,
                r1: int, ow: int, lo: int, hi: int, acc: np.ndarray, code: np.ndarray,
                prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
@@ -450,7 +450,7 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
                                geo.top, geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
                                *(a.array for a in work), epi.code, epi.prm, full0, full1,
                                args.vecs, args.scratch.array, split, geo.c, geo.m,
-                               blocked, blocked,
+                               Fixed(blocked), Fixed(blocked),
                                blocked and streams(spec.outputs[0].shape))
             if blocked:
                 call = with_bias_copy(call, bias, padded)
