@@ -68,11 +68,14 @@ def weight(group: Sequence[dict[str, Any]]) -> int:
 
 
 def groups_in_order(jobs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """``jobs`` by kernel module (Winograd's two tactics share most of their code:
-    compiled in two processes it would be compiled twice), the heaviest groups first."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    """``jobs`` by kernel module and layouts, the slowest groups first. Tactics of one
+    module on the same layouts share their kernel (Winograd F(4×4) and F(2×2): compiled in
+    two processes, it would be compiled twice); on blocked and on planar tensors they do
+    not (steps.Fixed), and may go to different workers."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for job in jobs:
-        groups.setdefault(job.get("module", ""), []).append(job)
+        layouts = str(job.get("attrs", {}).get("layouts"))
+        groups.setdefault((job.get("module", ""), layouts), []).append(job)
     return sorted(groups.values(), key=weight, reverse=True)
 
 

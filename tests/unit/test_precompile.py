@@ -65,16 +65,21 @@ def test_builder_skips_tactics_it_has_bound(monkeypatch: pytest.MonkeyPatch) -> 
     assert calls[-1] == []  # all bound by the first build: nothing to hand out
 
 
-def test_heaviest_groups_go_first_and_modules_stay_together() -> None:
-    def job(op: str, module: str) -> dict[str, object]:
-        return {"op": op, "module": module, "tactic": module}
+def test_slowest_groups_go_first_and_shared_kernels_stay_together() -> None:
+    def job(op: str, module: str, layouts: list[str] | None = None) -> dict[str, object]:
+        return {"op": op, "module": module, "tactic": module, "attrs": {"layouts": layouts}}
 
-    jobs = [job("MaxPool", "pool"), job("Conv", "gemm"), job("Conv", "wino"),
-            job("Flatten", "copy"), job("Conv", "wino")]
+    blocked = ["nchw16c", "nchw16c"]
+    jobs = [job("MaxPool", "pool"), job("Conv", "gemm", blocked), job("Conv", "wino", blocked),
+            job("Flatten", "copy"), job("Conv", "wino", blocked), job("Conv", "wino"),
+            job("Gemm", "matmul")]
     order = precompile.groups_in_order(jobs)
-    assert [g[0]["module"] for g in order[:2]] == ["wino", "gemm"]  # 2 × 20, 20
-    assert len(order[0]) == 2  # both Winograd tactics, in one worker
-    assert {g[0]["module"] for g in order[2:]} == {"pool", "copy"}
+    # Winograd's two blocked tactics share one kernel: one group, the slowest (2 × 20 s).
+    assert [(g[0]["module"], len(g)) for g in order[:2]] == [("wino", 2), ("matmul", 1)]
+    # Its planar tactic is compiled apart (its layout flags are constants): a group of
+    # its own, which another worker may take.
+    assert {(g[0]["module"], len(g)) for g in order[2:4]} == {("wino", 1), ("gemm", 1)}
+    assert {g[0]["module"] for g in order[4:]} == {"pool", "copy"}
 
 
 def test_a_worker_answers_each_group() -> None:

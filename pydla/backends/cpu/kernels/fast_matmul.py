@@ -36,7 +36,7 @@ from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_epilogue
 from pydla.backends.cpu.kernels.fast_pointwise_ops import FLOAT_OPS
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel, kernel_call
+from pydla.backends.cpu.steps import Fixed, PreboundKernel, kernel_call
 from pydla.dtypes import DType
 
 Thunk = Callable[[], None]
@@ -68,9 +68,12 @@ def block_coords(task: int, geo: np.ndarray) -> tuple[int, int, int, int, int]:
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
 def product_block(task: int, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float,
-                  geo: np.ndarray) -> None:
+                  mode: int, geo: np.ndarray) -> None:
+    """``mode`` (geo[11]) is a literal where the caller is compiled for one
+    (``bind_blas``): only that branch is compiled. With all four, ResNet-50's classifier
+    (a row of dot products) compiled the packed GEMM's micro-kernels too."""
     ta, tb, k = geo[0], geo[1], geo[4]
-    lda, ldb, ldc, mode = geo[5], geo[6], geo[7], geo[11]
+    lda, ldb, ldc = geo[5], geo[6], geo[7]
     batch, r0, r1, c0, c1 = block_coords(task, geo)
     o = _HEADER + 3 * batch
     if mode == DOT:
@@ -119,23 +122,23 @@ def _packed_block(a: np.ndarray, a_at: int, lda: int, left: int, rows: int, bp: 
 
 
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def gemm_par(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float,
+def gemm_par(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, mode: int,
              geo: np.ndarray) -> None:
     tasks = geo[10] * ((geo[2] + geo[8] - 1) // geo[8]) * ((geo[3] + geo[9] - 1) // geo[9])
     for task in prange(0, tasks):  # int64 index: see driver_source
-        product_block(task, a, b, c, alpha, geo)
+        product_block(task, a, b, c, alpha, mode, geo)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def gemm_seq(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float,
+def gemm_seq(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, mode: int,
              geo: np.ndarray) -> None:
     tasks = geo[10] * ((geo[2] + geo[8] - 1) // geo[8]) * ((geo[3] + geo[9] - 1) // geo[9])
     for task in range(tasks):
-        product_block(task, a, b, c, alpha, geo)
+        product_block(task, a, b, c, alpha, mode, geo)
 
 
 def driver_source(extras: int) -> str:
-    """``product_par``/``product_seq(a, b, c, alpha, ggeo, e1…ek, pgeo)``: the product with
+    """``product_par``/``product_seq(a, b, c, alpha, mode, ggeo, e1…ek, pgeo)``: the product with
     its epilogue (the generated module's ``run_range_inplace``) applied to each block while it is
     in cache, row segment by row segment, in the same parallel region."""
     regs = "".join(f", e{i}" for i in range(1, extras + 1))
@@ -147,14 +150,14 @@ def driver_source(extras: int) -> str:
         lines += ["", "",
                   f"@njit(parallel={parallel}, cache=True, nogil=True, error_model='numpy', "
                   "fastmath=FASTMATH_REDUCE)",
-                  f"def {name}(a, b, c, alpha, ggeo{regs}, pgeo):",
+                  f"def {name}(a, b, c, alpha, mode, ggeo{regs}, pgeo):",
                   "    tasks = ggeo[10] * ((ggeo[2] + ggeo[8] - 1) // ggeo[8]) * "
                   "((ggeo[3] + ggeo[9] - 1) // ggeo[9])",
                   # From a start that is a variable, not a literal 0: numba then types
                   # prange's index as int64, as the driver's typing before the parfor pass
                   # does, not uint64 — else product_block compiles twice (≈ 15 s).
                   f"    for task in {loop}(0, tasks):",
-                  "        product_block(task, a, b, c, alpha, ggeo)",
+                  "        product_block(task, a, b, c, alpha, mode, ggeo)",
                   "        batch, r0, r1, c0, c1 = block_coords(task, ggeo)",
                   f"        base = ggeo[{_HEADER} + 3 * batch + 2] + c0",
                   "        if c1 - c0 == ggeo[7]:  # whole rows: one contiguous range",
@@ -352,6 +355,7 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
 
     weights = Derived(pack)
     gemm = gemm_par if parallel else gemm_seq
+    mode = Fixed(int(geo[11]))
     alpha = np.float32(product.alpha)
     program = _program(spec)
     compiled = _compile(spec, program) if program is not None else None
@@ -375,14 +379,14 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
             b = bp
         flat = y.reshape(-1)
         if compiled is None:
-            return kernel_call(gemm, a, b, flat, alpha, geo)
+            return kernel_call(gemm, a, b, flat, alpha, mode, geo)
         regs = [y, *(beta if i == BETA else ins[i] for i in sources)]
         operands = compiled.operands(regs)
         if operands is not None:  # the epilogue runs inside the product's parallel region
             module = compiled.module
             fused = module.product_par if parallel else module.product_seq
-            return kernel_call(fused, a, b, flat, alpha, geo, *operands[1:])
-        product_run = kernel_call(gemm, a, b, flat, alpha, geo)
+            return kernel_call(fused, a, b, flat, alpha, mode, geo, *operands[1:])
+        product_run = kernel_call(gemm, a, b, flat, alpha, mode, geo)
         epilogue = compiled.prebind(regs, [y])
 
         def run() -> None:
