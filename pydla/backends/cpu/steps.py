@@ -57,6 +57,7 @@ def kernel_call(fn: Callable[..., object], *args: object) -> Thunk:
         return functools.partial(fn.compile(types), *values)
     return functools.partial(fn, *values)
 
+
 Prebinder = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray]], Thunk]
 
 

@@ -378,6 +378,17 @@ def _patch(c: np.ndarray, at: int, ldc: int, edge: np.ndarray, rows: int, cols: 
                 c[dst + j] += edge[r * NR + j]
 
 
+@njit(inline="always")
+def _target(whole: bool, at: int, ldc: int, first: int, edge: int) -> tuple[int, int, int]:
+    """Where a micro-kernel call writes its block of C: (address, row stride in bytes,
+    accumulate): in place at ``at`` for a whole block, else the scratch block at address
+    ``edge``, which _patch then copies out. The callers make one call either way: each
+    call site is a copy of the micro-kernel's code to compile."""
+    if whole:
+        return at, ldc * 4, 1 - first
+    return edge, NR * 4, 0
+
+
 @njit(inline="always", error_model="numpy")
 def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndarray,
          c: np.ndarray, c0: int, ldc: int, edge: np.ndarray) -> None:
@@ -409,14 +420,9 @@ def gemm(m: int, n: int, k: int, a: int, mp: int, p0: int, lda: int, bp: np.ndar
                         else:
                             ak = a + (p * MR * lda + k0) * 4
                         rows = min(MR, m - p * MR)
-                        # A ragged block goes through the scratch block. One call site:
-                        # each is a copy of the micro-kernel's code to compile.
                         whole = rows == MR and cols == NR
-                        if whole:
-                            dst = ca + (c0 + p * MR * ldc + s * NR) * 4
-                            ld, more = ldc * 4, 1 - first
-                        else:
-                            dst, ld, more = ea, NR * 4, 0
+                        dst, ld, more = _target(whole, ca + (c0 + p * MR * ldc + s * NR) * 4,
+                                                ldc, first, ea)
                         micro_kernel(ak, a_sk, a_sr, b, kc, dst, ld, more)
                         if not whole:
                             _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows, cols,
@@ -442,11 +448,9 @@ def gemm_gather(m: int, n: int, k: int, ap: np.ndarray, rows: int, p0: int, offs
                 for p in range(m0, min(panels, m0 + MC // MR)):
                     ak = a + (k0 * mp + (p0 + p) * kc * MR) * 4
                     rows_here = min(MR, m - p * MR)
-                    whole = rows_here == MR and cols == NR  # else through the scratch block
-                    if whole:
-                        dst, ld, more = ca + (c0 + p * MR * ldc + s * NR) * 4, ldc * 4, 1 - first
-                    else:
-                        dst, ld, more = ea, NR * 4, 0
+                    whole = rows_here == MR and cols == NR
+                    dst, ld, more = _target(whole, ca + (c0 + p * MR * ldc + s * NR) * 4, ldc,
+                                            first, ea)
                     micro_kernel_rows(ak, MR * 4, 4, oa + k0 * 8, bs, kc, dst, ld, more)
                     if not whole:
                         _patch(c, c0 + p * MR * ldc + s * NR, ldc, edge, rows_here, cols, first)
