@@ -1,8 +1,8 @@
 """Compile the CPU kernels an autotuned build is about to time in parallel worker processes.
 
-numba compiles a fast kernel in 20–50 s on first use (parallel loops, inlined micro-kernels),
-in the building process and one at a time: a first ResNet-50 build after installing pydla
-spent over a minute compiling. Each kernel is compiled once per machine into numba's disk
+numba compiles a fast kernel in 5–15 s on first use (micro-kernels, the epilogue
+interpreter; see pydla.backends.cpu.fork), in the building process and one at a time: a
+first ResNet-50 build after installing pydla would spend a minute compiling. Each kernel is compiled once per machine into numba's disk
 cache (pydla.backends.cpu.kernel_cache), so the builder hands the tactics it has not bound
 yet in this process to one worker per core — separate interpreters, as numba compiles
 holding the GIL — and then finds them in the cache. Workers get each layer as JSON (shapes,
@@ -57,10 +57,11 @@ def _plain(value: Any) -> Any:
 
 
 # What a job's kernel costs to compile, roughly, in seconds on a Zen 3 core (ResNet-50's:
-# a matrix product's fused driver 32, convolutions 13-35, the rest a second or two). The
-# longest go first, so that the last ones to finish are short.
-COMPILE_S = {"Gemm": 30, "MatMul": 30, "Conv": 20, "ConvTranspose": 20, "LSTM": 20,
-             "GRU": 20, "RNN": 20}
+# a matrix product with its fused epilogue 8, convolutions 4-10 — Winograd's two tactics
+# 16 together —, the rest a second or two). The longest go first, so that the last ones
+# to finish are short.
+COMPILE_S = {"Gemm": 9, "MatMul": 9, "Conv": 8, "ConvTranspose": 8, "LSTM": 8, "GRU": 8,
+             "RNN": 8}
 
 
 def weight(group: Sequence[dict[str, Any]]) -> int:

@@ -74,7 +74,7 @@ def test_slowest_groups_go_first_and_shared_kernels_stay_together() -> None:
             job("Flatten", "copy"), job("Conv", "wino", blocked), job("Conv", "wino"),
             job("Gemm", "matmul")]
     order = precompile.groups_in_order(jobs)
-    # Winograd's two blocked tactics share one kernel: one group, the slowest (2 × 20 s).
+    # Winograd's two blocked tactics share one kernel: one group, the slowest (2 × 8 s).
     assert [(g[0]["module"], len(g)) for g in order[:2]] == [("wino", 2), ("matmul", 1)]
     # Its planar tactic is compiled apart (its layout flags are constants): a group of
     # its own, which another worker may take.

@@ -50,12 +50,29 @@ def kernel_call(fn: Callable[..., object], *args: object) -> Thunk:
     dispatcher's matching of every argument's type against its overloads — ≈ 0.3 µs of
     the ≈ 1 µs a layer's kernel with 25 arguments costs to call, paid by every layer of
     every run. ``Fixed`` arguments are typed as literals."""
-    values = tuple(a.value if isinstance(a, Fixed) else a for a in args)
+    values = arg_values(args)
     if isinstance(fn, Dispatcher):
-        types = tuple(numba.types.literal(a.value) if isinstance(a, Fixed)
-                      else numba.typeof(a, Purpose.argument) for a in args)
-        return functools.partial(fn.compile(types), *values)
+        return functools.partial(fn.compile(arg_types(args)), *values)
     return functools.partial(fn, *values)
+
+
+def chain(first: Thunk, then: Thunk) -> Thunk:
+    """``first()`` and then ``then()``, as one call."""
+    def both() -> None:
+        first()
+        then()
+
+    return both
+
+
+def arg_values(args: Sequence[object]) -> tuple[object, ...]:
+    return tuple(a.value if isinstance(a, Fixed) else a for a in args)
+
+
+def arg_types(args: Sequence[object]) -> tuple[numba.types.Type, ...]:
+    """The numba types a kernel is compiled for: literals for ``Fixed`` arguments."""
+    return tuple(numba.types.literal(a.value) if isinstance(a, Fixed)
+                 else numba.typeof(a, Purpose.argument) for a in args)
 
 
 Prebinder = Callable[[Sequence[np.ndarray | None], Sequence[np.ndarray]], Thunk]

@@ -18,12 +18,14 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_rows, pack_b, packed_b_size
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.kernels.fast_gemv import axpy_rows
 from pydla.backends.cpu.kernels.fast_math import (
     FASTMATH_REDUCE,
@@ -32,7 +34,7 @@ from pydla.backends.cpu.kernels.fast_math import (
     tanh32,
 )
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel, kernel_call
+from pydla.backends.cpu.steps import PreboundKernel, chain
 
 Thunk = Callable[[], None]
 
@@ -74,7 +76,7 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
                       hidden, _ONE)
         elif batch <= AXPY_BATCH:
             hd = hs[d]
-            hd[:state] = src[h_at:h_at + state]
+            copy_bytes(hd.ctypes.data, src.ctypes.data + h_at * 4, state * 4)
             gemm_rows(batch, four, hidden, hd.ctypes.data, hidden, rp[d], rh, rh_at, four,
                       edge[d])
         else:
@@ -103,24 +105,20 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
         yc[np.uint64(d * state + i)] = c[np.uint64(d * state + i)]
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def lstm(xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, rt: np.ndarray, rp: np.ndarray,
-         hs: np.ndarray, bsum: np.ndarray, h0: np.ndarray, g: np.ndarray, rh: np.ndarray,
-         c: np.ndarray, y: np.ndarray, yh: np.ndarray, yc: np.ndarray, geo: np.ndarray,
-         nthreads: int) -> None:
-    """xp: X (T·B × I) in rows padded to whole panels of MR; wp: Wᵀ packed (pack_b);
-    edge (threads, MR·NR) the micro-kernel's scratch for ragged blocks."""
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
+def input_gates(t: int, xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, g: np.ndarray,
+                geo: np.ndarray, nthreads: int) -> None:
+    """Thread t's strips of G = X · Wᵀ (fork.fork_call). xp: X (T·B × I) in rows padded to
+    whole panels of MR; wp: Wᵀ packed (pack_b); edge (threads, MR·NR) the micro-kernel's
+    scratch for ragged blocks."""
     m, k = geo[0] * geo[1], geo[2]
     n = geo[4] * 4 * geo[3]
     strips = -(-n // NR)
     per = -(-strips // nthreads)
-    for t in prange(nthreads):
-        s0, s1 = t * per, min(strips, (t + 1) * per)
-        if s0 < s1:
-            gemm_rows(m, min(n, s1 * NR) - s0 * NR, k, xp.ctypes.data, k, wp[s0 * k * NR:],
-                      g, s0 * NR, n, edge[t])
-    for d in prange(geo[4]):
-        _direction(d, rt, rp, hs, edge, bsum, h0, g, rh, c, y, yh, yc, geo)
+    s0, s1 = t * per, min(strips, (t + 1) * per)
+    if s0 < s1:
+        gemm_rows(m, min(n, s1 * NR) - s0 * NR, k, xp.ctypes.data, k, wp[s0 * k * NR:],
+                  g, s0 * NR, n, edge[t])
 
 
 def _applies(spec: LayerSpec) -> bool:
@@ -188,10 +186,12 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                     and (b is None or not b.flags.writeable))
         if constant:
             prepare()
-        run = kernel_call(lstm, xp, wp, edge, rt.reshape(-1), rp, hs, bsum,
-                          np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
-                          rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
-                          yh.reshape(-1), yc.reshape(-1), geo, nthreads)
+        # The input product on every thread, then the directions, one per thread.
+        run = chain(fork_call(input_gates, nthreads, xp, wp, edge, g.reshape(-1), geo, nthreads),
+                    fork_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
+                              np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
+                              rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
+                              yh.reshape(-1), yc.reshape(-1), geo))
 
         def step() -> None:
             if not constant:

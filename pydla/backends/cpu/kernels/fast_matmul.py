@@ -22,15 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import threads
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels import fast_gemv
 from pydla.backends.cpu.kernels.conv_fast import gemm as packed_gemm
 from pydla.backends.cpu.kernels.conv_fast.binding import Derived
 from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_rows, pack_b
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.kernels.fast_gemv import MAX_ROWS, axpy_rows, dot_rows
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_epilogue
@@ -112,7 +114,8 @@ def _packed_block(a: np.ndarray, a_at: int, lda: int, left: int, rows: int, bp: 
     if whole < rows:
         stage = np.zeros(MR * k, np.float32)
         for r in range(rows - whole):
-            stage[r * k:(r + 1) * k] = a[a_at + (whole + r) * lda:a_at + (whole + r) * lda + k]
+            copy_bytes(stage.ctypes.data + r * k * 4,
+                       a.ctypes.data + (a_at + (whole + r) * lda) * 4, k * 4)
         gemm_rows(rows - whole, c1 - c0, k, stage.ctypes.data, k, bs, c, c_at + whole * ldc,
                   ldc, edge)
     if alpha != 1:
@@ -121,52 +124,42 @@ def _packed_block(a: np.ndarray, a_at: int, lda: int, left: int, rows: int, bp: 
             row *= alpha
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def gemm_par(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, mode: int,
-             geo: np.ndarray) -> None:
-    tasks = geo[10] * ((geo[2] + geo[8] - 1) // geo[8]) * ((geo[3] + geo[9] - 1) // geo[9])
-    for task in prange(0, tasks):  # int64 index: see driver_source
-        product_block(task, a, b, c, alpha, mode, geo)
-
-
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def gemm_seq(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, mode: int,
-             geo: np.ndarray) -> None:
+def gemm_task(t: int, nthreads: int, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+              alpha: float, mode: int, geo: np.ndarray) -> None:
+    """Thread t's run of blocks (fork.fork_call; t = 0 of 1: the whole product)."""
     tasks = geo[10] * ((geo[2] + geo[8] - 1) // geo[8]) * ((geo[3] + geo[9] - 1) // geo[9])
-    for task in range(tasks):
+    per = -(-tasks // nthreads)
+    for task in range(t * per, min(tasks, (t + 1) * per)):
         product_block(task, a, b, c, alpha, mode, geo)
 
 
 def driver_source(extras: int) -> str:
-    """``product_par``/``product_seq(a, b, c, alpha, mode, ggeo, e1…ek, pgeo)``: the product with
-    its epilogue (the generated module's ``run_range_inplace``) applied to each block while it is
-    in cache, row segment by row segment, in the same parallel region."""
+    """``product_task(t, nthreads, a, b, c, alpha, mode, ggeo, e1…ek, pgeo)``: thread t's
+    run of blocks of the product (as gemm_task) with its epilogue (the generated module's
+    ``run_range_inplace``) applied to each block while it is in cache, row segment by row
+    segment."""
     regs = "".join(f", e{i}" for i in range(1, extras + 1))
     lines = [f"# product driver; matmul {SOURCE_HASH}",
              "from pydla.backends.cpu.kernels.fast_matmul import block_coords, product_block",
-             "from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE"]
-    for name, parallel, loop in (("product_par", True, "prange"),
-                                 ("product_seq", False, "range")):
-        lines += ["", "",
-                  f"@njit(parallel={parallel}, cache=True, nogil=True, error_model='numpy', "
-                  "fastmath=FASTMATH_REDUCE)",
-                  f"def {name}(a, b, c, alpha, mode, ggeo{regs}, pgeo):",
-                  "    tasks = ggeo[10] * ((ggeo[2] + ggeo[8] - 1) // ggeo[8]) * "
-                  "((ggeo[3] + ggeo[9] - 1) // ggeo[9])",
-                  # From a start that is a variable, not a literal 0: numba then types
-                  # prange's index as int64, as the driver's typing before the parfor pass
-                  # does, not uint64 — else product_block compiles twice (≈ 15 s).
-                  f"    for task in {loop}(0, tasks):",
-                  "        product_block(task, a, b, c, alpha, mode, ggeo)",
-                  "        batch, r0, r1, c0, c1 = block_coords(task, ggeo)",
-                  f"        base = ggeo[{_HEADER} + 3 * batch + 2] + c0",
-                  "        if c1 - c0 == ggeo[7]:  # whole rows: one contiguous range",
-                  f"            run_range_inplace(c{regs}, pgeo, base + r0 * ggeo[7], "
-                  "base + r1 * ggeo[7])",
-                  "        else:",
-                  "            for r in range(r0, r1):",
-                  "                lo = base + r * ggeo[7]",
-                  f"                run_range_inplace(c{regs}, pgeo, lo, lo + c1 - c0)"]
+             "from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE",
+             "", "",
+             "@njit(cache=True, nogil=True, error_model='numpy', fastmath=FASTMATH_REDUCE)",
+             f"def product_task(t, nthreads, a, b, c, alpha, mode, ggeo{regs}, pgeo):",
+             "    tasks = ggeo[10] * ((ggeo[2] + ggeo[8] - 1) // ggeo[8]) * "
+             "((ggeo[3] + ggeo[9] - 1) // ggeo[9])",
+             "    per = -(-tasks // nthreads)",
+             "    for task in range(t * per, min(tasks, (t + 1) * per)):",
+             "        product_block(task, a, b, c, alpha, mode, ggeo)",
+             "        batch, r0, r1, c0, c1 = block_coords(task, ggeo)",
+             f"        base = ggeo[{_HEADER} + 3 * batch + 2] + c0",
+             "        if c1 - c0 == ggeo[7]:  # whole rows: one contiguous range",
+             f"            run_range_inplace(c{regs}, pgeo, base + r0 * ggeo[7], "
+             "base + r1 * ggeo[7])",
+             "        else:",
+             "            for r in range(r0, r1):",
+             "                lo = base + r * ggeo[7]",
+             f"                run_range_inplace(c{regs}, pgeo, lo, lo + c1 - c0)"]
     return "\n".join(lines) + "\n"
 
 
@@ -354,7 +347,7 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
                product.n, bp)
 
     weights = Derived(pack)
-    gemm = gemm_par if parallel else gemm_seq
+    nthreads = threads.configure() if parallel else 1
     mode = Fixed(int(geo[11]))
     alpha = np.float32(product.alpha)
     program = _program(spec)
@@ -379,14 +372,13 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
             b = bp
         flat = y.reshape(-1)
         if compiled is None:
-            return kernel_call(gemm, a, b, flat, alpha, mode, geo)
+            return _call(gemm_task, nthreads, a, b, flat, alpha, mode, geo)
         regs = [y, *(beta if i == BETA else ins[i] for i in sources)]
         operands = compiled.operands(regs)
         if operands is not None:  # the epilogue runs inside the product's parallel region
-            module = compiled.module
-            fused = module.product_par if parallel else module.product_seq
-            return kernel_call(fused, a, b, flat, alpha, mode, geo, *operands[1:])
-        product_run = kernel_call(gemm, a, b, flat, alpha, mode, geo)
+            return _call(compiled.module.product_task, nthreads, a, b, flat, alpha, mode, geo,
+                         *operands[1:])
+        product_run = _call(gemm_task, nthreads, a, b, flat, alpha, mode, geo)
         epilogue = compiled.prebind(regs, [y])
 
         def run() -> None:
@@ -396,6 +388,13 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
         return run
 
     return PreboundKernel(prebind)
+
+
+def _call(task: Any, nthreads: int, *args: object) -> Thunk:
+    """``task`` on the thread pool, or on this thread alone (t = 0 of 1)."""
+    if nthreads > 1:
+        return fork_call(task, nthreads, nthreads, *args)
+    return kernel_call(task, 0, 1, *args)
 
 
 def bind_packed(spec: LayerSpec) -> RunFn:

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Thunk,
     bias_of,
@@ -35,8 +36,8 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, fill
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
 
 
 @njit(inline="always")
@@ -100,7 +101,7 @@ def _edge_row(x: np.ndarray, wt: np.ndarray, b: np.float32, out: np.ndarray, r: 
     h, w = x.shape
     kh, kw = wt.shape
     o = out[r * w:(r + 1) * w]
-    o[:] = b
+    fill(o, b)
     for i in range(kh):
         ih = r - top + i * dh
         if ih < 0 or ih >= h:
@@ -144,7 +145,7 @@ def _same(x: np.ndarray, wt: np.ndarray, b: np.float32, out: np.ndarray, top: in
                         + w11 * b1[p] + w12 * b2[p] + w20 * c0[p] + w21 * c1[p]
                         + w22 * c2[p])
         else:
-            o[:] = b
+            fill(o, b)
             for i in range(kh):
                 for j in range(kw):
                     _tap(o, xf[first + i * dh * w + j * dw:], wt[i, j])
@@ -159,12 +160,12 @@ def _same(x: np.ndarray, wt: np.ndarray, b: np.float32, out: np.ndarray, top: in
 
 
 # fastmath "contract" only: a·b + c as one fused multiply-add (one rounding, not two).
-@njit(cache=True, parallel=True, error_model="numpy", fastmath={"contract"})
-def depthwise(x: np.ndarray, wt: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: int, sw: int,
-              dh: int, dw: int, top: int, left: int, oh: int, ow: int, nthreads: int,
-              planes: np.ndarray, used: np.ndarray, grid: np.ndarray, acc: np.ndarray,
-              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
-              vecs: np.ndarray, scratch: np.ndarray) -> None:
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def depthwise(t: int, x: np.ndarray, wt: np.ndarray, bias: np.ndarray, y: np.ndarray,
+              sh: int, sw: int, dh: int, dw: int, top: int, left: int, oh: int, ow: int,
+              nthreads: int, planes: np.ndarray, used: np.ndarray, grid: np.ndarray,
+              acc: np.ndarray, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
+              full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
     """x (n, c, h, w), wt (c, kh, kw), y (n·c, oh·ow). Per thread: planes (sh·sw, size),
     grid (oh·wq) and acc (oh·ow) staging the epilogue's input."""
     n, c = x.shape[0], x.shape[1]
@@ -174,30 +175,29 @@ def depthwise(x: np.ndarray, wt: np.ndarray, bias: np.ndarray, y: np.ndarray, sh
     per = -(-tasks // nthreads)
     epilogue = code.shape[0] > 0
     same = sh == sw == 1 and oh == x.shape[2] and ow == x.shape[3]
-    for t in prange(nthreads):
-        ph, g = planes[t], grid[t]
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            img, ch = task // c, task % c
-            if same:
-                dst = acc[t] if epilogue else y[task]
-                _same(x[img, ch], wt[ch], bias[ch], dst, top, left, dh, dw)
-                if epilogue:
-                    run_epilogue(dst, y, task, 0, code, prm, full0, full1, vecs, scratch[t])
-                continue
-            split(x[img, ch], ph, sh, sw, top, left, wq, used)
-            b = bias[ch]
-            if kh == 3 and kw == 3:
-                _taps9(g, ph, wt[ch], sh, sw, dh, dw, wq, b)
-            else:
-                g[:] = b
-                for i in range(kh):
-                    for k in range(kw):
-                        _tap(g, _phase(ph, i, k, sh, sw, dh, dw, wq), wt[ch, i, k])
+    ph, g = planes[t], grid[t]
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img, ch = task // c, task % c
+        if same:
             dst = acc[t] if epilogue else y[task]
-            for r in range(oh):
-                dst[r * ow:(r + 1) * ow] = g[r * wq:r * wq + ow]
+            _same(x[img, ch], wt[ch], bias[ch], dst, top, left, dh, dw)
             if epilogue:
                 run_epilogue(dst, y, task, 0, code, prm, full0, full1, vecs, scratch[t])
+            continue
+        split(x[img, ch], ph, sh, sw, top, left, wq, used)
+        b = bias[ch]
+        if kh == 3 and kw == 3:
+            _taps9(g, ph, wt[ch], sh, sw, dh, dw, wq, b)
+        else:
+            fill(g, b)
+            for i in range(kh):
+                for k in range(kw):
+                    _tap(g, _phase(ph, i, k, sh, sw, dh, dw, wq), wt[ch, i, k])
+        dst = acc[t] if epilogue else y[task]
+        for r in range(oh):
+            copy_bytes(dst.ctypes.data + r * ow * 4, g.ctypes.data + r * wq * 4, ow * 4)
+        if epilogue:
+            run_epilogue(dst, y, task, 0, code, prm, full0, full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -224,11 +224,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
         grid, acc = (s.array for s in work)
-        call = kernel_call(depthwise, x, w.reshape(geo.m, geo.kh, geo.kw),
-                           bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
-                           geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,
-                           nthreads, planes, used, grid, acc, code, prm, full0, full1, vecs,
-                           scratch)
+        call = fork_call(depthwise, nthreads, x, w.reshape(geo.m, geo.kh, geo.kw),
+                         bias_of(inputs, geo, zeros), out_rows(outputs[0], geo.n * geo.m, p),
+                         geo.sh, geo.sw, geo.dh, geo.dw, geo.top, geo.left, geo.oh, geo.ow,
+                         nthreads, planes, used, grid, acc, code, prm, full0, full1, vecs,
+                         scratch)
         return with_registers(call, args, inputs)
 
     return runner(prepare)

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -38,9 +39,14 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     run_epilogue_to,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d
-from pydla.backends.cpu.kernels.conv_fast.simd import store_stream, tap_sum, transpose16
+from pydla.backends.cpu.kernels.conv_fast.simd import (
+    copy_bytes,
+    store_stream,
+    tap_sum,
+    transpose16,
+    zero_bytes,
+)
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
 
 L = 16  # channels per block: one AVX-512 vector of float32
 _STAGE_BYTES = 96 * 1024  # a band's staged input; with its output it stays in L2
@@ -77,23 +83,22 @@ def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left:
             plane = x[img, c0 + lane].reshape(-1)
             for p in range(k, n):
                 flat[p, lane] = plane[a * w + p]
-    sf, ff = st.reshape(-1), flat.reshape(-1)  # flat views: unit-stride copies
     line = cols * L
     for r in range(rows):
         iy = iy0 + r
-        row = sf[r * line:(r + 1) * line]
+        row = st.ctypes.data + r * line * 4
         if iy < a or iy >= b:
-            row[:] = 0
+            zero_bytes(row, line * 4)
             continue
-        row[:left * L] = 0
-        row[(left + width) * L:] = 0
+        zero_bytes(row, left * L * 4)
+        zero_bytes(row + (left + width) * L * 4, (cols - left - width) * L * 4)
         if direct:
             src = x.ctypes.data + (((img * x.shape[1] + c0) * h + iy) * w) * 4
-            dst = st.ctypes.data + (r * line + left * L) * 4
             for q in range(0, width, L):
-                transpose16(src + q * 4, h * w * 4, dst + q * L * 4, L * 4, 0)
+                transpose16(src + q * 4, h * w * 4, row + (left + q) * L * 4, L * 4, 0)
         else:
-            row[left * L:(left + width) * L] = ff[(iy - a) * w * L:((iy - a) * w + width) * L]
+            copy_bytes(row + left * L * 4, flat.ctypes.data + (iy - a) * w * L * 4,
+                       width * L * 4)
 
 
 @njit(inline="always", error_model="numpy")
@@ -175,7 +180,7 @@ def emit_blocked(ob: np.ndarray, p: int, y: np.ndarray, row: int, col0: int,
             src = out
         store_stream(src.ctypes.data, run.ctypes.data, p)
     elif code.shape[0] == 0:
-        run[:] = src
+        copy_bytes(run.ctypes.data, src.ctypes.data, p * L * 4)
     else:
         run_epilogue(src, y, row, col0, code, prm, full0, full1, vecs, scratch)
 
@@ -193,8 +198,8 @@ def streams(out_shape: tuple[int, ...]) -> bool:
     return int(np.prod(out_shape, dtype=np.int64)) * 4 >= STREAM_BYTES
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
+@njit(cache=True, error_model="numpy")
+def depthwise_c16(t: int, x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                   y: np.ndarray, kh: int, sh: int, sw: int, dh: int, top: int, left: int,
                   oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
                   flat: np.ndarray, obuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
@@ -209,20 +214,19 @@ def depthwise_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarra
     bands = -(-oh // band)
     tasks = n * blocks * bands
     per = -(-tasks // nthreads)
-    for t in prange(nthreads):
-        st, ob, a = stage[t], obuf[t], acc[t]
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            img = task // (blocks * bands)
-            blk = (task // bands) % blocks
-            r0 = (task % bands) * band
-            rows = min(oh, r0 + band) - r0
-            c0 = blk * L
-            nl = min(L, c - c0)
-            span = (rows - 1) * sh + (kh - 1) * dh + 1
-            _stage(x, img, c0, nl, r0 * sh - top, span, left, st, flat[t])
-            _taps(st, wp[blk], bp[blk], offs, ob, rows, ow, sh, sw)
-            emit(ob, nl, rows * ow, y, img * c + c0, r0 * ow, a, local, code, prm, full0,
-                 full1, vecs, scratch[t])
+    st, ob, a = stage[t], obuf[t], acc[t]
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img = task // (blocks * bands)
+        blk = (task // bands) % blocks
+        r0 = (task % bands) * band
+        rows = min(oh, r0 + band) - r0
+        c0 = blk * L
+        nl = min(L, c - c0)
+        span = (rows - 1) * sh + (kh - 1) * dh + 1
+        _stage(x, img, c0, nl, r0 * sh - top, span, left, st, flat[t])
+        _taps(st, wp[blk], bp[blk], offs, ob, rows, ow, sh, sw)
+        emit(ob, nl, rows * ow, y, img * c + c0, r0 * ow, a, local, code, prm, full0,
+             full1, vecs, scratch[t])
 
 
 def _band(geo: Conv2d, cols: int, nthreads: int) -> int:
@@ -270,9 +274,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         stage, flat, obuf, acc = (s.array for s in work)
         y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
-        call = kernel_call(depthwise_c16, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw, geo.dh,
-                           geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat, obuf,
-                           acc, code, prm, full0, full1, vecs, args.scratch.array, local)
+        call = fork_call(depthwise_c16, nthreads, x, wp, bp, offs, y, geo.kh, geo.sh, geo.sw,
+                         geo.dh, geo.top, geo.left, geo.oh, geo.ow, band, nthreads, stage, flat,
+                         obuf, acc, code, prm, full0, full1, vecs, args.scratch.array, local)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

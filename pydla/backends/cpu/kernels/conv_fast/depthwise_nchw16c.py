@@ -28,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -53,9 +54,8 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     native_epilogue,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d, inside
-from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum, tap_sum_one
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, tap_sum, tap_sum_one, zero_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
 
 _OUT_BYTES = 32 * 1024  # a band of one block's output rows, for a non-fused epilogue
 _VEC = L * 4  # bytes of one pixel's 16 channels
@@ -87,16 +87,16 @@ def stage_blocked(x: np.ndarray, img: int, blk: int, iy0: int, rows: int, left: 
     sf, plane = st.reshape(-1), x[img, blk].reshape(-1)
     w = plane.size // (h * L)
     width = min(w, cols - left)
-    line = cols * L
+    line = cols * L * 4  # bytes
     for r in range(rows):
         iy = iy0 + r
-        row = sf[r * line:(r + 1) * line]
+        row = sf.ctypes.data + r * line
         if iy < 0 or iy >= h:
-            row[:] = 0
+            zero_bytes(row, line)
             continue
-        row[:left * L] = 0
-        row[(left + width) * L:] = 0
-        row[left * L:(left + width) * L] = plane[iy * w * L:(iy * w + width) * L]
+        zero_bytes(row, left * L * 4)
+        zero_bytes(row + (left + width) * L * 4, (cols - left - width) * L * 4)
+        copy_bytes(row + left * L * 4, plane.ctypes.data + iy * w * L * 4, width * L * 4)
 
 
 @njit(inline="always", error_model="numpy")
@@ -126,8 +126,8 @@ def _staged_band(st: np.ndarray, rel: np.ndarray, offs: np.ndarray, wp: int, b0:
         k += 1
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.ndarray,
+@njit(cache=True, error_model="numpy")
+def depthwise_nchw16c(t: int, x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                       widths: np.ndarray, cls: np.ndarray, lim: np.ndarray, y: np.ndarray,
                       sh: int, sw: int, top: int, left: int, oh: int, ow: int, qa: int,
                       qb: int, band: int, nthreads: int, obuf: np.ndarray, code: np.ndarray,
@@ -153,67 +153,66 @@ def depthwise_nchw16c(x: np.ndarray, wt: np.ndarray, bp: np.ndarray, offs: np.nd
     per = -(-tasks // nthreads)
     step = sw * _VEC
     staged = stage.shape[1] > 1
-    for t in prange(nthreads):
-        ob = obuf[t].reshape(-1)
-        st = stage[t]
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            img = task // (blocks * bands)
-            if staged:  # whole blocks per thread: a band's halo is staged once per block
-                blk, r0 = (task // bands) % blocks, task % bands * band
-            else:  # bands outermost: rows split among threads
-                r0, blk = (task // blocks) % bands * band, task % blocks
-            r1 = min(oh, r0 + band)
-            row = img * blocks + blk
-            out, at0 = (y[row], r0 * ow * L) if fused else (ob, 0)
-            plane = x[img, blk].ctypes.data
-            w0 = wt.ctypes.data + blk * classes * ntaps * _VEC
-            b0 = bp.ctypes.data + blk * _VEC
-            if staged:
-                stage_blocked(x, img, blk, r0 * sh - top,
-                              (r1 - r0 - 1) * sh + (kh - 1) * dh + 1, left, st)
-                _staged_band(st, rel, soffs, w0, b0, out.ctypes.data + at0 * 4,
-                             (r1 - r0) * ow, lo, hi)
-            for r in range(r0 if not staged else r1, r1):
-                i0, i1 = lim[r, 0], lim[r, 1]
-                corner = plane + ((r * sh - top) * w - left) * _VEC  # pixel (iy0, -left)
-                at = at0 + (r - r0) * ow * L
-                dst = out.ctypes.data + at * 4
-                taps = (i1 - i0) * widths[0]
-                o = offs.ctypes.data + i0 * widths[0] * 8
-                wp = w0 + i0 * widths[0] * _VEC
-                q = qa
-                if taps > 0:
-                    while q + 8 <= qb:
-                        _sum8(corner + q * step, step, o, wp, taps, b0, dst + q * _VEC, 0,
-                              lo, hi)
-                        q += 8
-                    while q + 4 <= qb:
-                        _sum4(corner + q * step, step, o, wp, taps, b0, dst + q * _VEC, 0,
-                              lo, hi)
-                        q += 4
-                    while q < qb:
-                        _sum1(corner + q * step, step, o, wp, taps, b0, dst + q * _VEC, 0,
-                              lo, hi)
-                        q += 1
-                else:
-                    for q in range(qa, qb):
-                        _bias_only(bp, blk, out, at + q * L, lo, hi)
-                for q in range(ow):
-                    if qa <= q < qb:
-                        continue
-                    c = cls[q]
-                    m = widths[c]
-                    taps = (i1 - i0) * m
-                    if taps == 0:
-                        _bias_only(bp, blk, out, at + q * L, lo, hi)
-                        continue
-                    _sum1(corner + q * step, step,
-                          offs.ctypes.data + (c * ntaps + i0 * m) * 8,
-                          w0 + (c * ntaps + i0 * m) * _VEC, taps, b0, dst + q * _VEC, 0,
+    ob = obuf[t].reshape(-1)
+    st = stage[t]
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img = task // (blocks * bands)
+        if staged:  # whole blocks per thread: a band's halo is staged once per block
+            blk, r0 = (task // bands) % blocks, task % bands * band
+        else:  # bands outermost: rows split among threads
+            r0, blk = (task // blocks) % bands * band, task % blocks
+        r1 = min(oh, r0 + band)
+        row = img * blocks + blk
+        out, at0 = (y[row], r0 * ow * L) if fused else (ob, 0)
+        plane = x[img, blk].ctypes.data
+        w0 = wt.ctypes.data + blk * classes * ntaps * _VEC
+        b0 = bp.ctypes.data + blk * _VEC
+        if staged:
+            stage_blocked(x, img, blk, r0 * sh - top,
+                          (r1 - r0 - 1) * sh + (kh - 1) * dh + 1, left, st)
+            _staged_band(st, rel, soffs, w0, b0, out.ctypes.data + at0 * 4,
+                         (r1 - r0) * ow, lo, hi)
+        for r in range(r0 if not staged else r1, r1):
+            i0, i1 = lim[r, 0], lim[r, 1]
+            corner = plane + ((r * sh - top) * w - left) * _VEC  # pixel (iy0, -left)
+            at = at0 + (r - r0) * ow * L
+            dst = out.ctypes.data + at * 4
+            taps = (i1 - i0) * widths[0]
+            o = offs.ctypes.data + i0 * widths[0] * 8
+            wp = w0 + i0 * widths[0] * _VEC
+            q = qa
+            if taps > 0:
+                while q + 8 <= qb:
+                    _sum8(corner + q * step, step, o, wp, taps, b0, dst + q * _VEC, 0,
                           lo, hi)
-            if not fused:
-                emit_blocked(obuf[t], (r1 - r0) * ow, y, row, r0 * ow * L, code, prm, full0,
-                             full1, vecs, scratch[t], stream)
+                    q += 8
+                while q + 4 <= qb:
+                    _sum4(corner + q * step, step, o, wp, taps, b0, dst + q * _VEC, 0,
+                          lo, hi)
+                    q += 4
+                while q < qb:
+                    _sum1(corner + q * step, step, o, wp, taps, b0, dst + q * _VEC, 0,
+                          lo, hi)
+                    q += 1
+            else:
+                for q in range(qa, qb):
+                    _bias_only(bp, blk, out, at + q * L, lo, hi)
+            for q in range(ow):
+                if qa <= q < qb:
+                    continue
+                c = cls[q]
+                m = widths[c]
+                taps = (i1 - i0) * m
+                if taps == 0:
+                    _bias_only(bp, blk, out, at + q * L, lo, hi)
+                    continue
+                _sum1(corner + q * step, step,
+                      offs.ctypes.data + (c * ntaps + i0 * m) * 8,
+                      w0 + (c * ntaps + i0 * m) * _VEC, taps, b0, dst + q * _VEC, 0,
+                      lo, hi)
+        if not fused:
+            emit_blocked(obuf[t], (r1 - r0) * ow, y, row, r0 * ow * L, code, prm, full0,
+                         full1, vecs, scratch[t], stream)
 
 
 class Columns:
@@ -315,11 +314,12 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         x, w = inputs[0], inputs[1]
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
-        call = kernel_call(depthwise_nchw16c, x, wt, bp, cols.offs, cols.widths, cols.cls, lim,
-                           out_rows(outputs[0], geo.n * blocks, geo.pixels * L), geo.sh, geo.sw,
-                           geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb, band, nthreads,
-                           obuf.array, code, prm, full0, full1, vecs, args.scratch.array, bounds,
-                           geo.kh, geo.dh, stage.array, rel, soffs, streams(spec.outputs[0].shape))
+        call = fork_call(depthwise_nchw16c, nthreads, x, wt, bp, cols.offs, cols.widths,
+                         cols.cls, lim, out_rows(outputs[0], geo.n * blocks, geo.pixels * L),
+                         geo.sh, geo.sw, geo.top, geo.left, geo.oh, geo.ow, cols.qa, cols.qb,
+                         band, nthreads, obuf.array, code, prm, full0, full1, vecs,
+                         args.scratch.array, bounds, geo.kh, geo.dh, stage.array, rel, soffs,
+                         streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -39,9 +40,9 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     native_epilogue,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
-from pydla.backends.cpu.kernels.conv_fast.simd import tap_sum
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, tap_sum, zero_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import Fixed, kernel_call
+from pydla.backends.cpu.steps import Fixed
 
 MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thin layers
 MAX_PIXELS = 4  # or output planes this small, whatever K
@@ -95,17 +96,17 @@ def _stage(x: np.ndarray, img: int, iy0: int, rows: int, left: int, st: np.ndarr
     for ci in range(c):
         for r in range(rows):
             iy = iy0 + r
-            row = st[ci, r]
+            row = st[ci, r].ctypes.data
             if iy < 0 or iy >= h:
-                row[:] = 0
+                zero_bytes(row, cols * 4)
                 continue
-            row[:left] = 0
-            row[left + width:] = 0
-            row[left:left + width] = x[img, ci, iy, :width]
+            zero_bytes(row, left * 4)
+            zero_bytes(row + (left + width) * 4, (cols - left - width) * 4)
+            copy_bytes(row + left * 4, x[img, ci, iy].ctypes.data, width * 4)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
+@njit(cache=True, error_model="numpy")
+def direct_c16(t: int, x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
                y: np.ndarray, kh: int, sh: int, sw: int, dh: int, top: int, left: int,
                oh: int, ow: int, band: int, nthreads: int, stage: np.ndarray,
                obuf: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
@@ -121,44 +122,43 @@ def direct_c16(x: np.ndarray, wp: np.ndarray, bp: np.ndarray, offs: np.ndarray,
     bands = -(-oh // band)
     tasks = n * bands
     per = -(-tasks // nthreads)
-    for t in prange(nthreads):
-        st, ob, a = stage[t], obuf[t], acc[t]
-        row_bytes = st.shape[2] * 4
-        block_bytes = ob.shape[1] * L * 4  # between the group's blocks in obuf
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            img, r0 = task // bands, task % bands * band
-            rows = min(oh, r0 + band) - r0
-            _stage(x, img, r0 * sh - top, (rows - 1) * sh + (kh - 1) * dh + 1, left, st)
-            p = rows * ow
-            for grp in range(groups):
-                w0, b0 = wp[grp].ctypes.data, bp[grp].ctypes.data
-                for r in range(rows):
-                    src = st.ctypes.data + r * sh * row_bytes
-                    dst = ob.ctypes.data + r * ow * L * 4
-                    q = 0
-                    if g == 2:
-                        while q + _PIXELS_2 <= ow:
-                            _taps(g, _PIXELS_2, src + q * sw * 4, sw * 4, offs.ctypes.data,
-                                  w0, taps, b0, dst + q * L * 4, block_bytes)
-                            q += _PIXELS_2
-                    while q + 4 <= ow:
-                        _taps(g, 4, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
-                              b0, dst + q * L * 4, block_bytes)
-                        q += 4
-                    while q < ow:
-                        _taps(g, 1, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
-                              b0, dst + q * L * 4, block_bytes)
-                        q += 1
-                for k in range(g):
-                    c0 = (grp * g + k) * L
-                    if c0 >= m:
-                        break
-                    if blocked:
-                        emit_blocked(ob[k], p, y, img * groups * g + grp * g + k, r0 * ow * L,
-                                     code, prm, full0, full1, vecs, scratch[t], stream)
-                        continue
-                    emit(ob[k], min(L, m - c0), p, y, img * m + c0, r0 * ow, a, local, code,
-                         prm, full0, full1, vecs, scratch[t])
+    st, ob, a = stage[t], obuf[t], acc[t]
+    row_bytes = st.shape[2] * 4
+    block_bytes = ob.shape[1] * L * 4  # between the group's blocks in obuf
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img, r0 = task // bands, task % bands * band
+        rows = min(oh, r0 + band) - r0
+        _stage(x, img, r0 * sh - top, (rows - 1) * sh + (kh - 1) * dh + 1, left, st)
+        p = rows * ow
+        for grp in range(groups):
+            w0, b0 = wp[grp].ctypes.data, bp[grp].ctypes.data
+            for r in range(rows):
+                src = st.ctypes.data + r * sh * row_bytes
+                dst = ob.ctypes.data + r * ow * L * 4
+                q = 0
+                if g == 2:
+                    while q + _PIXELS_2 <= ow:
+                        _taps(g, _PIXELS_2, src + q * sw * 4, sw * 4, offs.ctypes.data,
+                              w0, taps, b0, dst + q * L * 4, block_bytes)
+                        q += _PIXELS_2
+                while q + 4 <= ow:
+                    _taps(g, 4, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
+                          b0, dst + q * L * 4, block_bytes)
+                    q += 4
+                while q < ow:
+                    _taps(g, 1, src + q * sw * 4, sw * 4, offs.ctypes.data, w0, taps,
+                          b0, dst + q * L * 4, block_bytes)
+                    q += 1
+            for k in range(g):
+                c0 = (grp * g + k) * L
+                if c0 >= m:
+                    break
+                if blocked:
+                    emit_blocked(ob[k], p, y, img * groups * g + grp * g + k, r0 * ow * L,
+                                 code, prm, full0, full1, vecs, scratch[t], stream)
+                    continue
+                emit(ob[k], min(L, m - c0), p, y, img * m + c0, r0 * ow, a, local, code,
+                     prm, full0, full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -210,11 +210,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         stage, obuf, acc = (s.array for s in work)
-        call = kernel_call(direct_c16, x, wp, bp, offs, out_rows(outputs[0], *y_shape), geo.kh,
-                           geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
-                           nthreads, stage, obuf, acc, code, prm, full0, full1, vecs,
-                           args.scratch.array,
-                           local, geo.m, Fixed(blocked), blocked and streams(spec.outputs[0].shape))
+        call = fork_call(direct_c16, nthreads, x, wp, bp, offs, out_rows(outputs[0], *y_shape),
+                         geo.kh, geo.sh, geo.sw, geo.dh, geo.top, geo.left, geo.oh, geo.ow, band,
+                         nthreads, stage, obuf, acc, code, prm, full0, full1, vecs,
+                         args.scratch.array,
+                         local, geo.m, Fixed(blocked), blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp.reshape(-1))
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -19,6 +19,7 @@ from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -44,8 +45,9 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     packed_a_size,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.simd import add_scalar, copy_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
+from pydla.backends.cpu.steps import chain, kernel_call
 
 PACKED_B_FLOATS = 1 << 18  # one thread's packed block of X (1 MiB)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of Y (256 KiB), when staged
@@ -79,8 +81,8 @@ def blocks(m: int, p: int, k: int, images: int, nthreads: int,
     return MR * -(-panels // row_count), cols
 
 
-@njit(inline="always", error_model="numpy")
-def _subsample(x: np.ndarray, xs: np.ndarray, sh: int, sw: int, nthreads: int) -> None:
+@njit(cache=True, parallel=True, error_model="numpy")
+def subsample(x: np.ndarray, xs: np.ndarray, sh: int, sw: int, nthreads: int) -> None:
     """xs[img, ch, r, q] = x[img, ch, r·sh, q·sw]: the pixels a strided 1×1 kernel reads."""
     n, c, oh, ow = xs.shape
     tasks = n * c
@@ -94,19 +96,18 @@ def _subsample(x: np.ndarray, xs: np.ndarray, sh: int, sw: int, nthreads: int) -
                     out[q] = row[q * sw]
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: int,
+@njit(cache=True, error_model="numpy")
+def gemm1x1(t: int, x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: int,
             sw: int, xs: np.ndarray, rows: int, cols: int, nthreads: int, offs: np.ndarray,
             bp: np.ndarray, edge: np.ndarray, acc: np.ndarray, code: np.ndarray, prm: np.ndarray,
             full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
             scratch: np.ndarray) -> None:
-    """x (n, c, h, w), ap the packed weights, y (n·m, p) with p = oh·ow output pixels.
-    A strided layer first gathers its pixels into xs (n, c, oh, ow); then the whole strips
-    of a block read those rows in place (gemm_gather; offs: the channels' byte offsets)
-    and only a ragged last strip is packed. Per thread: bp (packed pixels), edge (MR·NR)
-    and acc (rows·cols) staging a block for the epilogue."""
+    """x (n, c, h, w), ap the packed weights, y (n·m, p) with p = oh·ow output pixels. A
+    strided layer reads the pixels ``subsample`` gathered into xs (n, c, oh, ow); the whole
+    strips of a block read those rows in place (gemm_gather; offs: the channels' byte
+    offsets) and only a ragged last strip is packed. Per thread: bp (packed pixels), edge
+    (MR·NR) and acc (rows·cols) staging a block for the epilogue."""
     if sh != 1 or sw != 1:
-        _subsample(x, xs, sh, sw, nthreads)
         x = xs
     n, c = x.shape[0], x.shape[1]
     m, p = y.shape[0] // n, y.shape[1]
@@ -118,51 +119,50 @@ def gemm1x1(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, sh: 
     # Through the staging block: with an epilogue, or when the rows end in a ragged panel
     # (the GEMM then computes whole panels instead of patching up edges one by one).
     staged = epilogue or m % MR != 0
-    for t in prange(nthreads):
-        packed = -1  # consecutive tasks share a column block: pack it once
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            ri = task % rb
-            block = task // rb
-            img, c0 = block // cb, block % cb * cols
-            r0, c1 = ri * rows, min(p, block % cb * cols + cols)
-            r1 = min(m, r0 + rows)
-            # Whole strips read in place, a ragged last one packed.
-            full = (c1 - c0) // NR * NR
-            if packed != block:
-                if c1 - c0 > full:
-                    pack_b(x[img].reshape(-1)[c0 + full:], p, c, c1 - c0 - full, bp[t])
-                packed = block
-            columns = x.ctypes.data + (img * c * p + c0) * 4
-            if not staged:
-                at = (img * m + r0) * p + c0
-                if full:
-                    gemm_gather(r1 - r0, full, c, ap, m, r0 // MR, offs, columns, yf, at, p,
-                                edge[t])
-                if c1 - c0 > full:
-                    gemm_packed(r1 - r0, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], yf,
-                                at + full, p, edge[t])
-                for r in range(r0, r1):
-                    row = y[img * m + r, c0:c1]
-                    row += bias[r]
-            else:
-                blk = acc[t]
-                # Whole panels: the staging block has room and the packed weights are
-                # zero-padded, so a ragged last panel needs no patching up.
-                whole = -(-(r1 - r0) // MR) * MR
-                if full:
-                    gemm_gather(whole, full, c, ap, m, r0 // MR, offs, columns, blk, 0, cols,
-                                edge[t])
-                if c1 - c0 > full:
-                    gemm_packed(whole, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], blk, full,
-                                cols, edge[t])
-                for r in range(r0, r1):
-                    row = blk[(r - r0) * cols:(r - r0) * cols + c1 - c0]
-                    row += bias[r]
-                    if epilogue:
-                        run_epilogue(row, y, img * m + r, c0, code, prm, full0, full1, vecs,
-                                     scratch[t])
-                    else:
-                        y[img * m + r, c0:c1] = row
+    packed = -1  # consecutive tasks share a column block: pack it once
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        ri = task % rb
+        block = task // rb
+        img, c0 = block // cb, block % cb * cols
+        r0, c1 = ri * rows, min(p, block % cb * cols + cols)
+        r1 = min(m, r0 + rows)
+        # Whole strips read in place, a ragged last one packed.
+        full = (c1 - c0) // NR * NR
+        if packed != block:
+            if c1 - c0 > full:
+                pack_b(x[img].reshape(-1)[c0 + full:], p, c, c1 - c0 - full, bp[t])
+            packed = block
+        columns = x.ctypes.data + (img * c * p + c0) * 4
+        if not staged:
+            at = (img * m + r0) * p + c0
+            if full:
+                gemm_gather(r1 - r0, full, c, ap, m, r0 // MR, offs, columns, yf, at, p,
+                            edge[t])
+            if c1 - c0 > full:
+                gemm_packed(r1 - r0, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], yf,
+                            at + full, p, edge[t])
+            for r in range(r0, r1):
+                add_scalar(y[img * m + r, c0:c1], bias[r])
+        else:
+            blk = acc[t]
+            # Whole panels: the staging block has room and the packed weights are
+            # zero-padded, so a ragged last panel needs no patching up.
+            whole = -(-(r1 - r0) // MR) * MR
+            if full:
+                gemm_gather(whole, full, c, ap, m, r0 // MR, offs, columns, blk, 0, cols,
+                            edge[t])
+            if c1 - c0 > full:
+                gemm_packed(whole, c1 - c0 - full, c, ap, m, r0 // MR, bp[t], blk, full,
+                            cols, edge[t])
+            for r in range(r0, r1):
+                row = blk[(r - r0) * cols:(r - r0) * cols + c1 - c0]
+                add_scalar(row, bias[r])
+                if epilogue:
+                    run_epilogue(row, y, img * m + r, c0, code, prm, full0, full1, vecs,
+                                 scratch[t])
+                else:
+                    copy_bytes(y[img * m + r].ctypes.data + c0 * 4, row.ctypes.data,
+                               (c1 - c0) * 4)
 
 
 @njit(cache=True)
@@ -202,9 +202,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         scratch = args.scratch.array
         bp, edge, acc = (s.array for s in work)
         xs = gathered.array
-        call = kernel_call(gemm1x1, x, ap, bias_of(inputs, geo, zeros),
-                           out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
-                           nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
+        call = fork_call(gemm1x1, nthreads, x, ap, bias_of(inputs, geo, zeros),
+                         out_rows(outputs[0], geo.n * m, p), geo.sh, geo.sw, xs, rows, cols,
+                         nthreads, offs, bp, edge, acc, code, prm, full0, full1, vecs, scratch)
+        if strided:
+            call = chain(kernel_call(subsample, x, xs, geo.sh, geo.sw, nthreads), call)
         return weights.before(w, with_registers(call, args, inputs))
 
     return runner(prepare)

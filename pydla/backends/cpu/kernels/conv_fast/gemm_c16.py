@@ -27,6 +27,7 @@ from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -51,9 +52,9 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     micro_kernel_blocked_16,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
-from pydla.backends.cpu.kernels.conv_fast.simd import pass_cost
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, pass_cost, zero_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import Fixed, kernel_call
+from pydla.backends.cpu.steps import Fixed, chain, kernel_call
 
 PIXELS = 144  # pixels per task: its rows of X (144 × K floats) stay in L2 across strips
 
@@ -66,13 +67,14 @@ def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr
     X[b, first + r, :] — or (k, mr) from a planar one — rag[kk, r] = X[kk, first + r]."""
     flat = rag.reshape(-1)
     if blocked:
+        base, src = flat.ctypes.data, x.ctypes.data
         for b in range(k // L):
             for r in range(mr):
-                dst = flat[(b * mr + r) * L:(b * mr + r + 1) * L]
+                dst = base + (b * mr + r) * L * 4
                 if r < tail:
-                    dst[:] = x[at + (b * p + r) * L:at + (b * p + r + 1) * L]
+                    copy_bytes(dst, src + (at + (b * p + r) * L) * 4, L * 4)
                 else:
-                    dst[:] = 0
+                    zero_bytes(dst, L * 4)
     else:
         for kk in range(k):
             for r in range(mr):
@@ -111,8 +113,8 @@ def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b
         micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf)
 
 
-@njit(inline="always", error_model="numpy")
-def _subsample(x: np.ndarray, xs: np.ndarray, planes: int, h: int, w: int, sh: int, sw: int,
+@njit(cache=True, parallel=True, error_model="numpy")
+def subsample(x: np.ndarray, xs: np.ndarray, planes: int, h: int, w: int, sh: int, sw: int,
                ow: int, nthreads: int) -> None:
     """xs = the pixels a strided 1×1 kernel reads from blocked x: planes (n·⌈c/16⌉) of
     h × w vectors of 16 into planes of oh × ow."""
@@ -128,30 +130,29 @@ def _subsample(x: np.ndarray, xs: np.ndarray, planes: int, h: int, w: int, sh: i
                 xs[dst + j * L:dst + (j + 1) * L] = x[src + j * sw * L:src + (j * sw + 1) * L]
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def gemm_c16(x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp: np.ndarray,
+@njit(cache=True, error_model="numpy")
+def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp: np.ndarray,
              bias: np.ndarray, y: np.ndarray, m: int, y_blocked: bool, pb: int,
              nthreads: int, rag: np.ndarray, stage: np.ndarray, acc: np.ndarray,
              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
              vecs: np.ndarray, scratch: np.ndarray, local: bool, mr: int, xs: np.ndarray,
              h: int, w: int, sh: int, sw: int, ow: int, stream: bool,
              strip_major: bool) -> None:
-    """x flat: n images of p pixels, blocked (k/16 blocks of p × 16) or planar (k rows
-    of p); bp (strips, k, 32) packed weights — k = 16·⌈c/16⌉ blocked, c planar — of
-    which only the c input channels' rows are multiplied (MobileNetV2's 24 channels at
-    56×56 are 32 blocked: a quarter of those layers' FMAs multiplied zeros); bias
-    (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or (n·m, p) planar; pb
-    pixels per block (a multiple of mr, the micro-kernel's rows: MR or MR7). A task is one
-    strip of one pixel block; each thread takes a run of consecutive tasks (the strips of
-    a block follow each other: its pixels stay in cache). Per thread: rag (a ragged
-    panel, as _ragged), stage (2, pb, 16), acc (pb · 16, emit's scratch). ``local``: the
-    epilogue reads no extra inputs. A strided layer (blocked X of h × w pixels, strides
-    sh, sw; ow output columns) first gathers the pixels it reads into xs. ``strip_major``:
-    tasks run strip by strip (each thread reads its own strips of W, every pixel block),
-    not pixel block by pixel block (each thread reads all of W)."""
+    """Thread t's share (run by fork.fork_call). x flat: n images of p pixels, blocked (k/16
+    blocks of p × 16) or planar (k rows of p); bp (strips, k, 32) packed weights — k =
+    16·⌈c/16⌉ blocked, c planar — of which only the c input channels' rows are multiplied
+    (MobileNetV2's 24 channels at 56×56 are 32 blocked: a quarter of those layers' FMAs
+    multiplied zeros); bias (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or
+    (n·m, p) planar; pb pixels per block (a multiple of mr, the micro-kernel's rows: MR or
+    MR7). A task is one strip of one pixel block; each thread takes a run of consecutive
+    tasks (the strips of a block follow each other: its pixels stay in cache). Per thread:
+    rag (a ragged panel, as _ragged), stage (2, pb, 16), acc (pb · 16, emit's scratch).
+    ``local``: the epilogue reads no extra inputs. A strided layer (blocked X of h × w
+    pixels, strides sh, sw; ow output columns) reads the pixels ``subsample`` gathered into
+    xs. ``strip_major``: tasks run strip by strip (each thread reads its own strips of W,
+    every pixel block), not pixel block by pixel block (each thread reads all of W)."""
     strips, k = bp.shape[0], bp.shape[1]
     if sh != 1 or sw != 1:
-        _subsample(x, xs, n * (k // L), h, w, sh, sw, ow, nthreads)
         x = xs
     mb = -(-m // L)
     pixel_blocks = -(-p // pb)
@@ -165,46 +166,45 @@ def gemm_c16(x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp: np.ndar
     # memory, and the micro-kernel prefetches every row's line (gemm._micro_pass), not
     # just the first's; with more, X stays in L2 across the strips.
     pf = L * 4 if x_blocked and strips <= 2 else 0
-    for t in prange(nthreads):
-        rg, st = rag[t], stage[t]
-        ra, sa = rg.ctypes.data, st.ctypes.data
-        staged = -1  # the pixel block whose ragged panel rag holds
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            if strip_major:
-                block, s = task % (n * pixel_blocks), task // (n * pixel_blocks)
+    rg, st = rag[t], stage[t]
+    ra, sa = rg.ctypes.data, st.ctypes.data
+    staged = -1  # the pixel block whose ragged panel rag holds
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        if strip_major:
+            block, s = task % (n * pixel_blocks), task // (n * pixel_blocks)
+        else:
+            block, s = task // strips, task % strips
+        img = block // pixel_blocks
+        q0 = block % pixel_blocks * pb
+        rows = min(p, q0 + pb) - q0
+        panels, tail = rows // mr, rows % mr
+        first = img * k * p + (q0 + panels * mr) * (L if x_blocked else 1)
+        if tail and staged != block:
+            _ragged(x, first, k, p, x_blocked, tail, mr, rg)
+            staged = block
+        xa = x.ctypes.data + (img * k * p + q0 * (L if x_blocked else 1)) * 4
+        for k0 in range(0, c, KC):
+            kc = min(KC, c - k0)
+            b = bp.ctypes.data + (s * k + k0) * NR * 4
+            more = 1 if k0 else 0  # the first slice stores, with the bias
+            one = mb % 2 == 1 and s == strips - 1
+            for pi in range(panels):
+                step = pi * mr * (L if x_blocked else 1) * 4
+                _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
+                       sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
+            if tail:
+                _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
+                       sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
+        for half in range(2):
+            blk = 2 * s + half
+            if blk >= mb:
+                break
+            if y_blocked:
+                emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm,
+                             full0, full1, vecs, scratch[t], stream)
             else:
-                block, s = task // strips, task % strips
-            img = block // pixel_blocks
-            q0 = block % pixel_blocks * pb
-            rows = min(p, q0 + pb) - q0
-            panels, tail = rows // mr, rows % mr
-            first = img * k * p + (q0 + panels * mr) * (L if x_blocked else 1)
-            if tail and staged != block:
-                _ragged(x, first, k, p, x_blocked, tail, mr, rg)
-                staged = block
-            xa = x.ctypes.data + (img * k * p + q0 * (L if x_blocked else 1)) * 4
-            for k0 in range(0, c, KC):
-                kc = min(KC, c - k0)
-                b = bp.ctypes.data + (s * k + k0) * NR * 4
-                more = 1 if k0 else 0  # the first slice stores, with the bias
-                one = mb % 2 == 1 and s == strips - 1
-                for pi in range(panels):
-                    step = pi * mr * (L if x_blocked else 1) * 4
-                    _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
-                           sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
-                if tail:
-                    _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
-                           sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
-            for half in range(2):
-                blk = 2 * s + half
-                if blk >= mb:
-                    break
-                if y_blocked:
-                    emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm,
-                                 full0, full1, vecs, scratch[t], stream)
-                else:
-                    emit(st[half], min(L, m - blk * L), rows, y, img * m + blk * L, q0,
-                         acc[t], local, code, prm, full0, full1, vecs, scratch[t])
+                emit(st[half], min(L, m - blk * L), rows, y, img * m + blk * L, q0,
+                     acc[t], local, code, prm, full0, full1, vecs, scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -294,14 +294,17 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         rag, stage, acc = (s.array for s in work)
-        call = kernel_call(gemm_c16, x.reshape(-1), geo.n, p, geo.c, Fixed(blocked), bp, bias,
-                           out_rows(outputs[0], *y_shape), geo.m, Fixed(geo.y_blocked), pb,
-                           nthreads,
-                           rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
-                           local, mr, xs,
-                           geo.h, geo.w, geo.sh, geo.sw, geo.ow,
-                           geo.y_blocked and streams(spec.outputs[0].shape),
-                           strip_major(geo.n, p, strips))
+        call = fork_call(gemm_c16, nthreads, x.reshape(-1), geo.n, p, geo.c, Fixed(blocked),
+                         bp, bias, out_rows(outputs[0], *y_shape), geo.m, Fixed(geo.y_blocked),
+                         pb, nthreads,
+                         rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
+                         local, mr, xs,
+                         geo.h, geo.w, geo.sh, geo.sw, geo.ow,
+                         geo.y_blocked and streams(spec.outputs[0].shape),
+                         strip_major(geo.n, p, strips))
+        if strided:
+            call = chain(kernel_call(subsample, x.reshape(-1), xs, geo.n * kb, geo.h, geo.w,
+                                     geo.sh, geo.sw, geo.ow, nthreads), call)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -38,6 +39,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK as L
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_matmul import GEMV_PARALLEL_MIN
 from pydla.backends.cpu.registry import tactic
@@ -68,7 +70,7 @@ def _finish(acc: np.ndarray, y: np.ndarray, img: int, r0: int, r1: int, local: b
     m, p = acc.shape[1], acc.shape[2]
     if code.shape[0] == 0:
         for r in range(r0, r1):
-            y[img * m + r, :] = acc[img, r]
+            copy_bytes(y[img * m + r].ctypes.data, acc[img, r].ctypes.data, p * 4)
     elif local:  # no other tensor: the whole run at once
         flat = y.reshape(-1)
         run_epilogue(acc[img].reshape(-1)[r0 * p:r1 * p], flat.reshape(1, -1), 0,
@@ -79,32 +81,18 @@ def _finish(acc: np.ndarray, y: np.ndarray, img: int, r0: int, r1: int, local: b
                          scratch)
 
 
-@njit(cache=True, parallel=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def gemv_par(x: np.ndarray, w: np.ndarray, bias: np.ndarray, acc: np.ndarray, y: np.ndarray,
-             nthreads: int, local: bool, code: np.ndarray, prm: np.ndarray,
-             full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
-             scratch: np.ndarray) -> None:
-    """x (n, c, p), w (m, c), bias (m), acc (n, m, p) scratch, y (n·m, p); the output
-    channels split over ``nthreads`` (scratch per thread)."""
+@njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
+def gemv(t: int, x: np.ndarray, w: np.ndarray, bias: np.ndarray, acc: np.ndarray,
+         y: np.ndarray, nthreads: int, local: bool, code: np.ndarray, prm: np.ndarray,
+         full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
+    """x (n, c, p), w (m, c), bias (m), acc (n, m, p) scratch, y (n·m, p): thread t's
+    share of the output channels (fork.fork_call; t = 0 of 1, all of them)."""
     n, m = x.shape[0], w.shape[0]
     per = -(-m // nthreads)
-    for t in prange(nthreads):
-        r0, r1 = t * per, min(m, (t + 1) * per)
-        for img in range(n):
-            _rows(x, w, bias, acc, img, r0, r1)
-            _finish(acc, y, img, r0, r1, local, code, prm, full0, full1, vecs, scratch[t])
-
-
-@njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def gemv_seq(x: np.ndarray, w: np.ndarray, bias: np.ndarray, acc: np.ndarray, y: np.ndarray,
-             nthreads: int, local: bool, code: np.ndarray, prm: np.ndarray,
-             full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
-             scratch: np.ndarray) -> None:
-    """``gemv_par`` on the calling thread (no fork for a small layer)."""
-    n, m = x.shape[0], w.shape[0]
+    r0, r1 = t * per, min(m, (t + 1) * per)
     for img in range(n):
-        _rows(x, w, bias, acc, img, 0, m)
-        _finish(acc, y, img, 0, m, local, code, prm, full0, full1, vecs, scratch[0])
+        _rows(x, w, bias, acc, img, r0, r1)
+        _finish(acc, y, img, r0, r1, local, code, prm, full0, full1, vecs, scratch[t])
 
 
 def _pointwise(g: Conv2d | None) -> bool:
@@ -132,7 +120,6 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     # zero rows of weights and bias past m, so that every lane is written.
     m = -(-geo.m // L) * L if geo.y_blocked else geo.m
     parallel = nthreads > 1 and m * geo.c >= GEMV_PARALLEL_MIN
-    kernel = gemv_par if parallel else gemv_seq
     threads_used = nthreads if parallel else 1
     work = workspace.scratch((geo.n, m, geo.pixels))
     local = not epi.full and not epi.vec
@@ -154,9 +141,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
-        call = kernel_call(kernel, x.reshape(geo.n, geo.c, geo.pixels), wp, bp, work.array,
-                           out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
-                           code, prm, full0, full1, vecs, scratch)
+        args_ = (x.reshape(geo.n, geo.c, geo.pixels), wp, bp, work.array,
+                 out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
+                 code, prm, full0, full1, vecs, scratch)
+        call = (fork_call(gemv, nthreads, *args_) if parallel
+                else kernel_call(gemv, 0, *args_))  # a small layer: no fork
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)
         return with_registers(packed.before(w, call), args, inputs)
 

@@ -19,6 +19,7 @@ from numba import njit, prange
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -43,6 +44,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
+from pydla.backends.cpu.kernels.conv_fast.simd import add_scalar
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import kernel_call
 
@@ -64,10 +66,10 @@ def split_planes(x: np.ndarray, planes: np.ndarray, used: np.ndarray, sh: int, s
                   used)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias: np.ndarray,
-                  y: np.ndarray, group: int, oh: int, ow: int, wq: int, chunk: int,
-                  mblock: int, nthreads: int, edge: np.ndarray,
+@njit(cache=True, error_model="numpy")
+def implicit_gemm(t: int, planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray,
+                  bias: np.ndarray, y: np.ndarray, group: int, oh: int, ow: int, wq: int,
+                  chunk: int, mblock: int, nthreads: int, edge: np.ndarray,
                   acc: np.ndarray, code: np.ndarray, prm: np.ndarray, full0: np.ndarray,
                   full1: np.ndarray, vecs: np.ndarray, scratch: np.ndarray) -> None:
     """planes (n, c, phases, size) with NR floats of readable memory after them, offsets
@@ -91,42 +93,41 @@ def implicit_gemm(planes: np.ndarray, offsets: np.ndarray, ap: np.ndarray, bias:
     stride = chunk * NR  # staging row length
     msub = acc.shape[1] // stride  # staged output channels (whole panels)
     epilogue = code.shape[0] > 0
-    for t in prange(nthreads):
-        u, end = t * units // nthreads, (t + 1) * units // nthreads
-        while u < end:
-            s0 = u % strips
-            rest = u // strips
-            mi, g, img = rest % mb, rest // mb % group, rest // mb // group
-            s1 = min(strips, s0 + chunk, s0 + end - u)
-            u += s1 - s0
-            g0, g1 = s0 * NR, min(grid, s1 * NR)
-            m0, m1 = mi * mblock, min(mg, (mi + 1) * mblock)
-            columns = base0 + ((img * group + g) * group_stride + g0) * 4
-            blk = acc[t]
-            for ms in range(m0, m1, msub):  # channel sub-blocks: the staging stays in L2
-                me = min(m1, ms + msub)
-                # Whole panels and strips (the staging block has room, the filters are
-                # zero-padded, the columns readable past the grid): no ragged edges.
-                gemm_gather(-(-(me - ms) // MR) * MR, (s1 - s0) * NR, k, ap[g * per_group:],
-                            mg, ms // MR, offsets, columns, blk, 0, stride, edge[t])
-                # The grid rows this chunk touches, valid columns only.
-                for r in range(g0 // wq, min(oh, (g1 - 1) // wq + 1)):
-                    q0, q1 = max(g0, r * wq) - r * wq, min(g1, r * wq + ow) - r * wq
-                    if q0 >= q1:
-                        continue
-                    for ch in range(ms, me):
-                        row = blk[(ch - ms) * stride + r * wq + q0 - g0:
-                                  (ch - ms) * stride + r * wq + q1 - g0]
-                        out_row = (img * group + g) * mg + ch
-                        b = bias[g * mg + ch]
-                        if epilogue:
-                            row += b
-                            run_epilogue(row, y, out_row, r * ow + q0, code, prm, full0,
-                                         full1, vecs, scratch[t])
-                        else:
-                            dst = y[out_row, r * ow + q0:r * ow + q1]
-                            for q in range(q1 - q0):
-                                dst[q] = row[q] + b
+    u, end = t * units // nthreads, (t + 1) * units // nthreads
+    while u < end:
+        s0 = u % strips
+        rest = u // strips
+        mi, g, img = rest % mb, rest // mb % group, rest // mb // group
+        s1 = min(strips, s0 + chunk, s0 + end - u)
+        u += s1 - s0
+        g0, g1 = s0 * NR, min(grid, s1 * NR)
+        m0, m1 = mi * mblock, min(mg, (mi + 1) * mblock)
+        columns = base0 + ((img * group + g) * group_stride + g0) * 4
+        blk = acc[t]
+        for ms in range(m0, m1, msub):  # channel sub-blocks: the staging stays in L2
+            me = min(m1, ms + msub)
+            # Whole panels and strips (the staging block has room, the filters are
+            # zero-padded, the columns readable past the grid): no ragged edges.
+            gemm_gather(-(-(me - ms) // MR) * MR, (s1 - s0) * NR, k, ap[g * per_group:],
+                        mg, ms // MR, offsets, columns, blk, 0, stride, edge[t])
+            # The grid rows this chunk touches, valid columns only.
+            for r in range(g0 // wq, min(oh, (g1 - 1) // wq + 1)):
+                q0, q1 = max(g0, r * wq) - r * wq, min(g1, r * wq + ow) - r * wq
+                if q0 >= q1:
+                    continue
+                for ch in range(ms, me):
+                    row = blk[(ch - ms) * stride + r * wq + q0 - g0:
+                              (ch - ms) * stride + r * wq + q1 - g0]
+                    out_row = (img * group + g) * mg + ch
+                    b = bias[g * mg + ch]
+                    if epilogue:
+                        add_scalar(row, b)
+                        run_epilogue(row, y, out_row, r * ow + q0, code, prm, full0,
+                                     full1, vecs, scratch[t])
+                    else:
+                        dst = y[out_row, r * ow + q0:r * ow + q1]
+                        for q in range(q1 - q0):
+                            dst[q] = row[q] + b
 
 
 @njit(cache=True)
@@ -197,10 +198,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         edge, acc = (s.array for s in work)
         split_call = kernel_call(split_planes, x, planes, used, geo.sh, geo.sw, geo.top, geo.left,
                                  wq, nthreads)
-        gemm_call = kernel_call(implicit_gemm, planes, offsets, ap, bias_of(inputs, geo, zeros),
-                                out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
-                                geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
-                                prm, full0, full1, vecs, scratch)
+        gemm_call = fork_call(implicit_gemm, nthreads, planes, offsets, ap,
+                              bias_of(inputs, geo, zeros),
+                              out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
+                              geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
+                              prm, full0, full1, vecs, scratch)
 
         def call() -> None:
             split_call()

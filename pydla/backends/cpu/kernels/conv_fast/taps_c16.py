@@ -24,10 +24,11 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -58,7 +59,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import Fixed, kernel_call
+from pydla.backends.cpu.steps import Fixed
 
 PIXELS = 192  # output pixels per band (a K slice of their windows stays in L2)
 STAGE_BYTES = 768 * 1024  # a band's staged input (all channel blocks), kept in L2
@@ -85,8 +86,8 @@ def _panel(sw: int, mr: int, src: int, tk: int, b: int, kc: int, out: int, c_hal
         micro_kernel_taps(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
+@njit(cache=True, error_model="numpy")
+def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
              oh: int, ow: int, sh: int, sw: int, top: int, left: int, reach: int, band: int,
              rstride: int,
              groups: int, nthreads: int, taps: np.ndarray, stage: np.ndarray,
@@ -109,65 +110,64 @@ def taps_c16(x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndarray, m: 
     per_group = -(-strips // groups)
     tasks = n * bands * groups
     per = -(-tasks // nthreads)
-    for t in prange(nthreads):
-        st, cb = stage[t], cbuf[t]
-        sa, ca, ba = st.ctypes.data, cb.ctypes.data, bias.ctypes.data
-        pad = cb.shape[1]
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            img = task // (bands * groups)
-            r0 = (task // groups) % bands * band
-            s0 = task % groups * per_group
-            nrows = min(oh, r0 + band) - r0
-            span = (nrows - 1) * sh + reach
-            for blk in range(kb):
-                if x_blocked:
-                    stage_blocked(x, img, blk, r0 * sh - top, span, left, st[blk])
-                else:
-                    _stage(x, img, blk * L, min(L, c - blk * L), r0 * sh - top, span, left,
-                           st[blk], flat[t])
-            s1 = min(strips, s0 + per_group)
-            # K slices outermost: a slice of the staged windows stays in L2 while every
-            # strip of the group streams its weights past it.
-            for k0 in range(0, k, KC):
-                kc = min(KC, k - k0)
-                more = 1 if k0 else 0
-                tk = taps.ctypes.data + (k0 // L) * 8
-                for s in range(s0, s1):
-                    b = bp.ctypes.data + (s * k + k0) * NR * 4
-                    out = ca + (s - s0) * 2 * pad * L * 4
-                    if rstride == cols:  # stride 1: panels run on across rows
-                        for v in range(0, (nrows - 1) * cols + ow, mr):
-                            # sw (1), not a literal 1: numba would compile _panel twice
-                            _panel(sw, mr, sa + v * L * 4, tk, b, kc, out + v * L * 4,
-                                   pad * L * 4, ba + s * NR * 4, more)
-                        continue
-                    for r in range(nrows):  # panels of mr pixels along each output row
-                        src = sa + r * sh * cols * L * 4
-                        for q in range(0, ow, mr):
-                            _panel(sw, mr, src + q * sw * L * 4, tk, b, kc,
-                                   out + (r * rstride + q) * L * 4, pad * L * 4,
-                                   ba + s * NR * 4, more)
-            mb = -(-m // L)
+    st, cb = stage[t], cbuf[t]
+    sa, ca, ba = st.ctypes.data, cb.ctypes.data, bias.ctypes.data
+    pad = cb.shape[1]
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img = task // (bands * groups)
+        r0 = (task // groups) % bands * band
+        s0 = task % groups * per_group
+        nrows = min(oh, r0 + band) - r0
+        span = (nrows - 1) * sh + reach
+        for blk in range(kb):
+            if x_blocked:
+                stage_blocked(x, img, blk, r0 * sh - top, span, left, st[blk])
+            else:
+                _stage(x, img, blk * L, min(L, c - blk * L), r0 * sh - top, span, left,
+                       st[blk], flat[t])
+        s1 = min(strips, s0 + per_group)
+        # K slices outermost: a slice of the staged windows stays in L2 while every
+        # strip of the group streams its weights past it.
+        for k0 in range(0, k, KC):
+            kc = min(KC, k - k0)
+            more = 1 if k0 else 0
+            tk = taps.ctypes.data + (k0 // L) * 8
             for s in range(s0, s1):
-                for half in range(2):
-                    c0 = (2 * s + half) * L
-                    if c0 >= m:
-                        break
-                    ob = cb[(s - s0) * 2 + half]
-                    if blocked:
-                        row = img * mb + 2 * s + half
-                        if rstride == ow:  # the band's rows are one run
-                            emit_blocked(ob, nrows * ow, y, row, r0 * ow * L, code, prm,
-                                         full0, full1, vecs, scratch[t], stream)
-                            continue
-                        for r in range(nrows):
-                            emit_blocked(ob[r * rstride:], ow, y, row, (r0 + r) * ow * L,
-                                         code, prm, full0, full1, vecs, scratch[t], stream)
+                b = bp.ctypes.data + (s * k + k0) * NR * 4
+                out = ca + (s - s0) * 2 * pad * L * 4
+                if rstride == cols:  # stride 1: panels run on across rows
+                    for v in range(0, (nrows - 1) * cols + ow, mr):
+                        # sw (1), not a literal 1: numba would compile _panel twice
+                        _panel(sw, mr, sa + v * L * 4, tk, b, kc, out + v * L * 4,
+                               pad * L * 4, ba + s * NR * 4, more)
+                    continue
+                for r in range(nrows):  # panels of mr pixels along each output row
+                    src = sa + r * sh * cols * L * 4
+                    for q in range(0, ow, mr):
+                        _panel(sw, mr, src + q * sw * L * 4, tk, b, kc,
+                               out + (r * rstride + q) * L * 4, pad * L * 4,
+                               ba + s * NR * 4, more)
+        mb = -(-m // L)
+        for s in range(s0, s1):
+            for half in range(2):
+                c0 = (2 * s + half) * L
+                if c0 >= m:
+                    break
+                ob = cb[(s - s0) * 2 + half]
+                if blocked:
+                    row = img * mb + 2 * s + half
+                    if rstride == ow:  # the band's rows are one run
+                        emit_blocked(ob, nrows * ow, y, row, r0 * ow * L, code, prm,
+                                     full0, full1, vecs, scratch[t], stream)
                         continue
                     for r in range(nrows):
-                        emit(ob[r * rstride:], min(L, m - c0), ow, y, img * m + c0,
-                             (r0 + r) * ow, acc[t], local, code, prm, full0, full1, vecs,
-                             scratch[t])
+                        emit_blocked(ob[r * rstride:], ow, y, row, (r0 + r) * ow * L,
+                                     code, prm, full0, full1, vecs, scratch[t], stream)
+                    continue
+                for r in range(nrows):
+                    emit(ob[r * rstride:], min(L, m - c0), ow, y, img * m + c0,
+                         (r0 + r) * ow, acc[t], local, code, prm, full0, full1, vecs,
+                         scratch[t])
 
 
 def applies(spec: LayerSpec) -> bool:
@@ -273,11 +273,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
             y = out_rows(outputs[0], geo.n * mb, geo.pixels * L)
         else:
             y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
-        call = kernel_call(taps_c16, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh, geo.sw,
-                           geo.top, geo.left, (geo.kh - 1) * geo.dh + 1, band, rstride, groups,
-                           nthreads, taps, stage, flat, cbuf, acc, code, prm, full0, full1, vecs,
-                           args.scratch.array, local, mr, Fixed(geo.x_blocked), Fixed(blocked),
-                           blocked and streams(spec.outputs[0].shape))
+        call = fork_call(taps_c16, nthreads, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh,
+                         geo.sw, geo.top, geo.left, (geo.kh - 1) * geo.dh + 1, band, rstride,
+                         groups, nthreads, taps, stage, flat, cbuf, acc, code, prm, full0, full1,
+                         vecs, args.scratch.array, local, mr, Fixed(geo.x_blocked),
+                         Fixed(blocked), blocked and streams(spec.outputs[0].shape))
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 

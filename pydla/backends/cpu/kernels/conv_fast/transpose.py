@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads, workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -35,8 +36,8 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_packed, pack_b, packed_a_size
 from pydla.backends.cpu.kernels.conv_fast.gemm1x1 import pack_weights
 from pydla.backends.cpu.kernels.conv_fast.geometry import FLOAT_TYPES, own_inputs
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
 from pydla.errors import KernelError
 
 
@@ -78,9 +79,9 @@ def upsample(spec: LayerSpec) -> Upsample | None:
     return Upsample(n, c, h, wd, m, kh, kw, own_inputs(spec) == 3)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def upsample_gemm(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
-                  kh: int, kw: int, band: int, nthreads: int, bp: np.ndarray,
+@njit(cache=True, error_model="numpy")
+def upsample_gemm(t: int, x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray,
+                  m: int, kh: int, kw: int, band: int, nthreads: int, bp: np.ndarray,
                   edge: np.ndarray, acc: np.ndarray, stage: np.ndarray, code: np.ndarray,
                   prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
                   scratch: np.ndarray) -> None:
@@ -94,29 +95,28 @@ def upsample_gemm(x: np.ndarray, ap: np.ndarray, bias: np.ndarray, y: np.ndarray
     tasks = n * bands
     per = -(-tasks // nthreads)
     epilogue = code.shape[0] > 0
-    for t in prange(nthreads):
-        z, row = acc[t], stage[t]
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            img, i0 = task // bands, task % bands * band
-            i1 = min(h, i0 + band)
-            cols = (i1 - i0) * w
-            pack_b(x[img].reshape(-1)[i0 * w:], h * w, c, cols, bp[t])
-            gemm_packed(mz, cols, c, ap, mz, 0, bp[t], z, 0, cols, edge[t])
-            for ch in range(m):
-                plane = img * m + ch
-                bv = bias[ch]
-                for i in range(i0, i1):
-                    for a in range(kh):
-                        for b in range(kw):
-                            src = z[((ch * kh + a) * kw + b) * cols + (i - i0) * w:]
-                            for j in range(w):
-                                row[j * kw + b] = src[j] + bv
-                        oy = i * kh + a
-                        if epilogue:
-                            run_epilogue(row, y, plane, oy * ow, code, prm, full0, full1, vecs,
-                                         scratch[t])
-                        else:
-                            y[plane, oy * ow:(oy + 1) * ow] = row
+    z, row = acc[t], stage[t]
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img, i0 = task // bands, task % bands * band
+        i1 = min(h, i0 + band)
+        cols = (i1 - i0) * w
+        pack_b(x[img].reshape(-1)[i0 * w:], h * w, c, cols, bp[t])
+        gemm_packed(mz, cols, c, ap, mz, 0, bp[t], z, 0, cols, edge[t])
+        for ch in range(m):
+            plane = img * m + ch
+            bv = bias[ch]
+            for i in range(i0, i1):
+                for a in range(kh):
+                    for b in range(kw):
+                        src = z[((ch * kh + a) * kw + b) * cols + (i - i0) * w:]
+                        for j in range(w):
+                            row[j * kw + b] = src[j] + bv
+                    oy = i * kh + a
+                    if epilogue:
+                        run_epilogue(row, y, plane, oy * ow, code, prm, full0, full1, vecs,
+                                     scratch[t])
+                    else:
+                        copy_bytes(y[plane].ctypes.data + oy * ow * 4, row.ctypes.data, ow * 4)
 
 
 STAGED_FLOATS = 1 << 16  # one thread's product block (256 KiB): stays in L2
@@ -159,10 +159,10 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
         assert x is not None and w is not None
         b = inputs[2] if geo.has_bias else None
         full0, full1 = args.fulls(inputs)
-        call = kernel_call(upsample_gemm, x, ap, zeros if b is None else b.reshape(-1),
-                           out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
-                           geo.kh, geo.kw, band, nthreads, *(s.array for s in work), epi.code,
-                           epi.prm, full0, full1, args.vecs, args.scratch.array)
+        call = fork_call(upsample_gemm, nthreads, x, ap, zeros if b is None else b.reshape(-1),
+                         out_rows(outputs[0], geo.n * geo.m, geo.h * geo.w * taps), geo.m,
+                         geo.kh, geo.kw, band, nthreads, *(s.array for s in work), epi.code,
+                         epi.prm, full0, full1, args.vecs, args.scratch.array)
         return weights.before(w, with_registers(call, args, inputs))
 
     return runner(prepare)

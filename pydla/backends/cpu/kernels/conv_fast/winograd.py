@@ -25,10 +25,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -55,9 +56,9 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
     packed_b_size,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
-from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16
+from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16, zero_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import Fixed, kernel_call
+from pydla.backends.cpu.steps import Fixed
 
 # Tiles per chunk: enough rows for efficient GEMMs, few enough for the chunk to stay in L2.
 CHUNK_TILES = 96
@@ -129,15 +130,16 @@ def _load_band(x: np.ndarray, band: np.ndarray, ih0: int, rows: int, left: int,
     image; x (c, h, w), or (⌈c/16⌉, h, w·16) when ``blocked``."""
     h = x.shape[1]
     w = x.shape[2] // LANES if blocked else x.shape[2]
-    lo, hi = left, min(band.shape[1], left + w)
+    width, cv = band.shape[1], band.shape[2]
+    lo, hi = left, min(width, left + w)
     for r in range(rows):
         ih = ih0 + r
-        dst = band[r]
+        dst = band.ctypes.data + r * width * cv * 4
         if ih < 0 or ih >= h:
-            dst[:, :] = 0
+            zero_bytes(dst, width * cv * 4)
             continue
-        dst[:lo, :] = 0
-        dst[hi:, :] = 0
+        zero_bytes(dst, lo * cv * 4)
+        zero_bytes(dst + hi * cv * 4, (width - hi) * cv * 4)
         if blocked:
             _copied_row(x, band, r, ih, lo, hi, left)
         else:
@@ -205,8 +207,8 @@ def _output_tiles(p: np.ndarray, plane: int, band: np.ndarray, tmp: np.ndarray, 
 
 # -- the whole convolution ---------------------------------------------------------------
 
-@njit(cache=True, parallel=True, error_model="numpy")
-def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
+@njit(cache=True, error_model="numpy")
+def winograd_conv(t: int, x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray, m: int,
                   top: int, left: int, oh: int, ow: int, th: int, tw: int, chunk_rows: int,
                   nthreads: int, band: np.ndarray, v: np.ndarray, prod: np.ndarray,
                   out: np.ndarray, tmp: np.ndarray, edge: np.ndarray, acc: np.ndarray,
@@ -232,34 +234,33 @@ def winograd_conv(x: np.ndarray, up: np.ndarray, bias: np.ndarray, y: np.ndarray
     run = -(-strips // groups)  # strips per group
     tasks = chunks * groups
     per = -(-tasks // nthreads)
-    for t in prange(nthreads):
-        for task in range(t * per, min(tasks, (t + 1) * per)):
-            s0 = task // chunks * run
-            s1 = min(strips, s0 + run)
-            if s0 >= s1:
-                continue
-            img = task % chunks // per_image
-            ty0 = task % chunks % per_image * chunk_rows
-            rows = min(chunk_rows, th - ty0)
-            tiles = rows * tw
-            _load_band(x[img], band[t], m * ty0 - top, m * rows + 2, left, x_blocked)
-            _input_tiles(band[t], v[t], plane_v, tmp[t], m, rows, tw)
-            # Whole panels and strips: the planes have room and U is zero-padded, so no
-            # ragged edges to patch up.
-            for s in range(s_count):
-                gemm_rows(-(-tiles // MR) * MR, (s1 - s0) * NR, c,
-                          v[t].ctypes.data + s * plane_v * 4, cv, up[s][s0 * c * NR:], prod[t],
-                          s * plane_p + s0 * NR, mv, edge[t])
-            _output_tiles(prod[t], plane_p, out[t], tmp[t], m, rows, tw, s0 * NR // LANES,
-                          min(mv // LANES, s1 * NR // LANES))
-            if y_blocked:
-                _write_blocked(out[t], bias, y, img, -(-mo // LANES), m * ty0,
-                               min(oh, m * (ty0 + rows)), ow, s0 * NR, min(mo, s1 * NR),
-                               acc[t], code, prm, full0, full1, vecs, scratch[t], stream)
-            else:
-                _write_out(out[t], bias, y, img, mo, m * ty0, min(oh, m * (ty0 + rows)), ow,
-                           s0 * NR, min(mo, s1 * NR), acc[t], code, prm, full0, full1, vecs,
-                           scratch[t])
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        s0 = task // chunks * run
+        s1 = min(strips, s0 + run)
+        if s0 >= s1:
+            continue
+        img = task % chunks // per_image
+        ty0 = task % chunks % per_image * chunk_rows
+        rows = min(chunk_rows, th - ty0)
+        tiles = rows * tw
+        _load_band(x[img], band[t], m * ty0 - top, m * rows + 2, left, x_blocked)
+        _input_tiles(band[t], v[t], plane_v, tmp[t], m, rows, tw)
+        # Whole panels and strips: the planes have room and U is zero-padded, so no
+        # ragged edges to patch up.
+        for s in range(s_count):
+            gemm_rows(-(-tiles // MR) * MR, (s1 - s0) * NR, c,
+                      v[t].ctypes.data + s * plane_v * 4, cv, up[s][s0 * c * NR:], prod[t],
+                      s * plane_p + s0 * NR, mv, edge[t])
+        _output_tiles(prod[t], plane_p, out[t], tmp[t], m, rows, tw, s0 * NR // LANES,
+                      min(mv // LANES, s1 * NR // LANES))
+        if y_blocked:
+            _write_blocked(out[t], bias, y, img, -(-mo // LANES), m * ty0,
+                           min(oh, m * (ty0 + rows)), ow, s0 * NR, min(mo, s1 * NR),
+                           acc[t], code, prm, full0, full1, vecs, scratch[t], stream)
+        else:
+            _write_out(out[t], bias, y, img, mo, m * ty0, min(oh, m * (ty0 + rows)), ow,
+                       s0 * NR, min(mo, s1 * NR), acc[t], code, prm, full0, full1, vecs,
+                       scratch[t])
 
 
 @njit(error_model="numpy")
@@ -446,12 +447,12 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
                 y = out_rows(outputs[0], geo.n * mb, geo.pixels * LANES)
             else:
                 y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
-            call = kernel_call(winograd_conv, x, up, padded if blocked else bias, y, m,
-                               geo.top, geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
-                               *(a.array for a in work), epi.code, epi.prm, full0, full1,
-                               args.vecs, args.scratch.array, split, geo.c, geo.m,
-                               Fixed(blocked), Fixed(blocked),
-                               blocked and streams(spec.outputs[0].shape))
+            call = fork_call(winograd_conv, nthreads, x, up, padded if blocked else bias, y, m,
+                             geo.top, geo.left, geo.oh, geo.ow, th, tw, rows, nthreads,
+                             *(a.array for a in work), epi.code, epi.prm, full0, full1,
+                             args.vecs, args.scratch.array, split, geo.c, geo.m,
+                             Fixed(blocked), Fixed(blocked),
+                             blocked and streams(spec.outputs[0].shape))
             if blocked:
                 call = with_bias_copy(call, bias, padded)
             return filters.before(w, with_registers(call, args, inputs))
