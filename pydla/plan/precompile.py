@@ -2,12 +2,13 @@
 
 numba compiles a fast kernel in 5–15 s on first use (micro-kernels, the epilogue
 interpreter; see pydla.backends.cpu.fork), in the building process and one at a time: a
-first ResNet-50 build after installing pydla would spend a minute compiling. Each kernel is compiled once per machine into numba's disk
-cache (pydla.backends.cpu.kernel_cache), so the builder hands the tactics it has not bound
-yet in this process to one worker per core — separate interpreters, as numba compiles
-holding the GIL — and then finds them in the cache. Workers get each layer as JSON (shapes,
-types, attributes; random data of the right kind) and run it once; a worker's failure only
-means the builder compiles that kernel itself.
+first ResNet-50 build after installing pydla would spend a minute compiling. Each kernel is
+compiled once per machine into numba's disk cache (pydla.backends.cpu.kernel_cache), so the
+builder hands the tactics it has not bound yet in this process to one worker per core —
+separate interpreters, as numba compiles holding the GIL — and then finds them in the
+cache. Workers get each layer as JSON (shapes, types, attributes; random data of the right
+kind) and run it once; a worker's failure only means the builder compiles that kernel
+itself.
 
     python -m pydla.plan.precompile   # what a worker runs: groups of jobs on stdin
 """

@@ -23,6 +23,7 @@ from numba.extending import intrinsic
 
 from pydla.backends.base import LayerSpec
 from pydla.backends.cpu import workspace
+from pydla.backends.cpu.kernels.conv_fast.simd import fill
 
 # Opcodes. Unary ops read operand a; binary ops read a and b.
 RELU, CLIP, LEAKY_RELU, SIGMOID, HARD_SIGMOID, HARD_SWISH, SWISH = 1, 2, 3, 4, 5, 6, 7
@@ -156,7 +157,7 @@ def _operand(kind: int, index: int, spare: int, acc: np.ndarray, yr: int, yo: in
     if kind == STEP:
         return scratch[index, :n]
     row = scratch[spare, :n]  # one value per (image, channel): spread over a spare row
-    row[:] = vecs[index, yr]
+    fill(row, vecs[index, yr])
     return row
 
 
