@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from numba import njit
 
 from pydla.backends.cpu import fork
@@ -65,3 +66,13 @@ def test_bound_call_reads_the_arrays_it_was_given() -> None:
     x += 1
     call()
     np.testing.assert_array_equal(out, x)
+
+
+@njit(cache=True)
+def _returns(t: int, x: np.ndarray) -> float:
+    return x[t]
+
+
+def test_a_task_that_returns_a_value_is_refused() -> None:
+    with pytest.raises(TypeError, match="returns nothing"):
+        fork.fork_call(_returns, 2, np.zeros(2))

@@ -119,6 +119,10 @@ def fork_call(task: Dispatcher, nthreads: int, *args: object) -> Thunk:
     sig = (types.int64, *arg_types(args))
     task.compile(sig)
     compiled = task.overloads[sig]
+    # The entry calls it for no result: a task that returned one would write past the slot.
+    if compiled.signature.return_type != types.none:
+        raise TypeError(f"a fork task returns nothing; {task.__name__} returns "
+                        f"{compiled.signature.return_type}")
     addr = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
     # _fork only passes the arguments on: compiled for their plain types, it is shared by
     # tactics that differ in a Fixed flag (a literal is passed as its plain type).
