@@ -78,7 +78,9 @@ def _stage(x: np.ndarray, img: int, c0: int, nl: int, iy0: int, rows: int, left:
                 transpose16(src + k * 4, h * w * 4, flat.ctypes.data + k * L * 4, L * 4, 0)
                 k += L
         if nl < L:  # lanes past the last channel (scratch holds other layers' data)
-            flat[:n, nl:] = 0
+            for p in range(n):  # loops: a 2-D slice fill stays scalar in a task
+                for lane in range(nl, L):
+                    flat[p, lane] = 0
         for lane in range(nl):
             plane = x[img, c0 + lane].reshape(-1)
             for p in range(k, n):

@@ -94,7 +94,9 @@ def _transposed_row(x: np.ndarray, band: np.ndarray, r: int, ih: int, lo: int, h
     blocks, cols = c // LANES * LANES, (hi - lo) // LANES * LANES
     dst = band[r]
     if c < cv:  # lanes past the last channel (scratch holds other layers' data)
-        dst[lo:hi, c:] = 0
+        for col in range(lo, hi):  # loops: numba's 2-D slice fill stays scalar
+            for ch in range(c, cv):
+                dst[col, ch] = 0
     for cb in range(0, blocks, LANES):
         for col in range(0, cols, LANES):
             transpose16(x.ctypes.data + ((cb * h + ih) * w + col) * 4, h * w * 4,
