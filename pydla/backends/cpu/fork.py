@@ -33,7 +33,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 
-from pydla.backends.cpu.steps import Thunk, arg_types, arg_values
+from pydla.backends.cpu.steps import Thunk, arg_types, arg_values, kernel_call
 
 _I64 = ir.IntType(64)
 _ENTRY = ir.FunctionType(ir.VoidType(), [_I64, _I64])  # entry(t, blob)
@@ -132,3 +132,11 @@ def fork_call(task: Dispatcher, nthreads: int, *args: object) -> Thunk:
     run = _fork.compile((types.int64, types.int64, types.Tuple(plain[1:])))
     # The task's code lives as long as its dispatcher (a module global) holds ``compiled``.
     return functools.partial(run, addr, nthreads, arg_values(args))
+
+
+def fork_or_call(task: Dispatcher, nthreads: int, *args: object) -> Thunk:
+    """``fork_call``, or for a layer too small to split (nthreads 1) the task on the
+    calling thread as t = 0: the same compiled task, no parallel region."""
+    if nthreads > 1:
+        return fork_call(task, nthreads, *args)
+    return kernel_call(task, 0, *args)

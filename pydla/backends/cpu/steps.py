@@ -56,13 +56,24 @@ def kernel_call(fn: Callable[..., object], *args: object) -> Thunk:
     return functools.partial(fn, *values)
 
 
-def chain(first: Thunk, then: Thunk) -> Thunk:
-    """``first()`` and then ``then()``, as one call."""
-    def both() -> None:
-        first()
-        then()
+def chain(*steps: Thunk) -> Thunk:
+    """The steps one after another, as one call (a layer of several kernels)."""
+    if len(steps) == 1:
+        return steps[0]
+    if len(steps) == 2:  # the common case, without a loop
+        first, then = steps
 
-    return both
+        def both() -> None:
+            first()
+            then()
+
+        return both
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
 
 
 def arg_values(args: Sequence[object]) -> tuple[object, ...]:

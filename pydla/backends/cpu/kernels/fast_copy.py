@@ -20,7 +20,7 @@ from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import PreboundKernel, kernel_call
+from pydla.backends.cpu.steps import PreboundKernel, chain, kernel_call
 
 Thunk = Callable[[], None]
 
@@ -61,17 +61,6 @@ def _copy(dst: np.ndarray, d0: int, dstride: int, src: np.ndarray, s0: int, sstr
     return kernel_call(kernel, dst, d0, dstride, src, s0, sstride, count, length)
 
 
-def _chain(steps: list[Thunk]) -> Thunk:
-    if len(steps) == 1:
-        return steps[0]
-
-    def run() -> None:
-        for step in steps:
-            step()
-
-    return run
-
-
 def _flat(x: np.ndarray) -> np.ndarray | None:
     return x.reshape(-1) if x.flags.c_contiguous else None
 
@@ -103,7 +92,7 @@ def bind_concat(spec: LayerSpec) -> RunFn:
             src = _flat(np.ascontiguousarray(x))
             steps.append(_copy(dst, offset, total, src, 0, size, count, size))  # type: ignore[arg-type]
             offset += size
-        return _chain(steps)
+        return chain(*steps)
 
     return PreboundKernel(prebind)
 
@@ -126,7 +115,7 @@ def bind_split(spec: LayerSpec) -> RunFn:
             assert dst is not None
             steps.append(_copy(dst, 0, size, flat, offset, total, count, size))  # type: ignore[arg-type]
             offset += size
-        return _chain(steps)
+        return chain(*steps)
 
     return PreboundKernel(prebind)
 

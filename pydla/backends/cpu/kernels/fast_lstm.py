@@ -53,9 +53,10 @@ _ONE, _ZERO = np.float32(1), np.float32(0)
 def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.ndarray,
                bsum: np.ndarray, h0: np.ndarray, g: np.ndarray, rh: np.ndarray, c: np.ndarray,
                y: np.ndarray, yh: np.ndarray, yc: np.ndarray, geo: np.ndarray) -> None:
-    """One direction's steps. rt (D, H, 4H) Rᵀ; rp (D, packed Rᵀ), hs (D, h's B rows
-    padded with zeros to whole panels of MR, × H) and edge (≥ D, MR·NR): the
-    micro-kernel's operands, used for a batch from PANEL_BATCH to AXPY_BATCH."""
+    """One direction's steps (a fork.fork_call task: thread d takes direction d). rt
+    (D, H, 4H) Rᵀ; rp (D, packed Rᵀ), hs (D, h's B rows padded with zeros to whole panels
+    of MR, × H) and edge (≥ D, MR·NR): the micro-kernel's operands, used for a batch from
+    PANEL_BATCH to AXPY_BATCH."""
     steps, batch, hidden, dirs = geo[0], geo[1], geo[3], geo[4]
     four = 4 * hidden
     width = dirs * four

@@ -26,7 +26,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_call
+from pydla.backends.cpu.fork import fork_or_call
 from pydla.backends.cpu.kernels import fast_gemv
 from pydla.backends.cpu.kernels.conv_fast import gemm as packed_gemm
 from pydla.backends.cpu.kernels.conv_fast.binding import Derived
@@ -38,7 +38,7 @@ from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_epilogue
 from pydla.backends.cpu.kernels.fast_pointwise_ops import FLOAT_OPS
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import Fixed, PreboundKernel, kernel_call
+from pydla.backends.cpu.steps import Fixed, PreboundKernel, chain
 from pydla.dtypes import DType
 
 Thunk = Callable[[], None]
@@ -372,29 +372,16 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
             b = bp
         flat = y.reshape(-1)
         if compiled is None:
-            return _call(gemm_task, nthreads, a, b, flat, alpha, mode, geo)
+            return fork_or_call(gemm_task, nthreads, nthreads, a, b, flat, alpha, mode, geo)
         regs = [y, *(beta if i == BETA else ins[i] for i in sources)]
         operands = compiled.operands(regs)
         if operands is not None:  # the epilogue runs inside the product's parallel region
-            return _call(compiled.module.product_task, nthreads, a, b, flat, alpha, mode, geo,
-                         *operands[1:])
-        product_run = _call(gemm_task, nthreads, a, b, flat, alpha, mode, geo)
-        epilogue = compiled.prebind(regs, [y])
-
-        def run() -> None:
-            product_run()
-            epilogue()
-
-        return run
+            return fork_or_call(compiled.module.product_task, nthreads, nthreads, a, b, flat,
+                                alpha, mode, geo, *operands[1:])
+        return chain(fork_or_call(gemm_task, nthreads, nthreads, a, b, flat, alpha, mode, geo),
+                     compiled.prebind(regs, [y]))
 
     return PreboundKernel(prebind)
-
-
-def _call(task: Any, nthreads: int, *args: object) -> Thunk:
-    """``task`` on the thread pool, or on this thread alone (t = 0 of 1)."""
-    if nthreads > 1:
-        return fork_call(task, nthreads, nthreads, *args)
-    return kernel_call(task, 0, 1, *args)
 
 
 def bind_packed(spec: LayerSpec) -> RunFn:

@@ -19,7 +19,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
-from pydla.backends.cpu.fork import fork_call
+from pydla.backends.cpu.fork import fork_or_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -43,7 +43,6 @@ from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_matmul import GEMV_PARALLEL_MIN
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
 
 MAX_PIXELS = 4
 
@@ -141,11 +140,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
-        args_ = (x.reshape(geo.n, geo.c, geo.pixels), wp, bp, work.array,
-                 out_rows(outputs[0], geo.n * m, geo.pixels), threads_used, local,
-                 code, prm, full0, full1, vecs, scratch)
-        call = (fork_call(gemv, nthreads, *args_) if parallel
-                else kernel_call(gemv, 0, *args_))  # a small layer: no fork
+        call = fork_or_call(gemv, threads_used, x.reshape(geo.n, geo.c, geo.pixels), wp, bp,
+                            work.array, out_rows(outputs[0], geo.n * m, geo.pixels),
+                            threads_used, local, code, prm, full0, full1, vecs, scratch)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)
         return with_registers(packed.before(w, call), args, inputs)
 

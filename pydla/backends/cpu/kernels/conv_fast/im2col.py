@@ -46,7 +46,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
 from pydla.backends.cpu.kernels.conv_fast.simd import add_scalar
 from pydla.backends.cpu.registry import tactic
-from pydla.backends.cpu.steps import kernel_call
+from pydla.backends.cpu.steps import chain, kernel_call
 
 COLUMN_BYTES = 1 << 19  # the columns one chunk of strips reads (kept within L2)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of the product (256 KiB)
@@ -203,12 +203,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
                               out_rows(outputs[0], geo.n * geo.m, geo.pixels), geo.group,
                               geo.oh, geo.ow, wq, chunk, mblock, nthreads, edge, acc, code,
                               prm, full0, full1, vecs, scratch)
-
-        def call() -> None:
-            split_call()
-            gemm_call()
-
-        return filters.before(w, with_registers(call, args, inputs))
+        return filters.before(w, with_registers(chain(split_call, gemm_call), args, inputs))
 
     return runner(prepare)
 
