@@ -253,6 +253,9 @@ CASES = [  # (n, c, m, h, w, k, stride, group, layouts)
     # channels past a whole block, 5×5
     (1, 32, 64, 20, 20, 3, 1, 1, "bb"), (2, 24, 80, 13, 11, 3, 2, 1, "bb"),
     (1, 64, 48, 7, 7, 3, 1, 1, "bb"), (1, 16, 40, 9, 14, 5, 1, 1, "bb"),
+    # stride 2 with rows of 17: two panels of 7 stored straight into the output by a
+    # fused epilogue, the last 3 pixels through the stage; K in three slices
+    (1, 32, 32, 30, 34, 3, 2, 1, "bb"),
     # winograd{4,2}_nchw16c too: ragged tiles, channels past whole blocks in and out
     (2, 24, 40, 9, 10, 3, 1, 1, "bb"),
 ]
@@ -302,7 +305,7 @@ def _blocked_layer(case: tuple[Any, ...], epilogue: str | None
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual"])
+@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual", "residual_relu"])
 def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | None) -> None:
     n, c, m, h, w, k, s, group, lay = case
     battrs, specs, ins, yshape, want = _blocked_layer(case, epilogue)
@@ -334,6 +337,21 @@ def test_pointwise_gemm_multiplies_only_real_channels(case: tuple[Any, ...]) -> 
     m = case[2]
     assert np.isfinite(got).all()
     np.testing.assert_allclose(to_planar(got, m), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tactic,case", [
+    ("gemm_nchw16c", (1, 300, 40, 5, 7, 1, 1, 1, "bb")),  # ragged panel, K in 3 slices
+    ("taps_nchw16c", (1, 32, 32, 30, 34, 3, 2, 1, "bb"))])
+def test_fused_residual_may_be_the_output(tactic: str, case: tuple[Any, ...]) -> None:
+    """A residual Add written over its residual (the planner's in-place reuse): the
+    micro-kernel's last K slice reads each residual vector before it stores over it, and
+    the slices before it never touch the output."""
+    battrs, specs, ins, yshape, want = _blocked_layer(case, "residual_relu")
+    spec = LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), tactic)
+    both = ins[-1].copy()
+    bind_layer(spec)([*ins[:-1], both], [both])
+    np.testing.assert_allclose(to_planar(both, case[2]), want, rtol=1e-4,
+                               atol=1e-4 * max(1.0, float(np.abs(want).max())))
 
 
 # Blocked depthwise geometry (the kernel reads its input in place and leaves out the taps

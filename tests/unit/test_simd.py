@@ -97,7 +97,19 @@ def _micro(kernel, mr: int, a_pf: int):  # type: ignore[no-untyped-def]
     def run(x: np.ndarray, p: int, b: np.ndarray, k: int, c: np.ndarray, bias: np.ndarray,
             accumulate: int) -> None:
         kernel(x.ctypes.data, p * 64, 4, 64, b.ctypes.data, k, c.ctypes.data, 64, mr * 64,
-               bias.ctypes.data, accumulate, a_pf)
+               bias.ctypes.data, accumulate, a_pf, 0, 0, 0, 0, 0, 0)
+
+    return run
+
+
+def _fused(kernel, mr: int):  # type: ignore[no-untyped-def]
+    @njit
+    def run(x: np.ndarray, p: int, b: np.ndarray, k: int, c: np.ndarray, bias: np.ndarray,
+            accumulate: int, fin: int, y: np.ndarray, res: int, lohi: np.ndarray) -> None:
+        # y's rows 16 floats apart, its two halves 3·mr rows apart: unlike C's
+        kernel(x.ctypes.data, p * 64, 4, 64, b.ctypes.data, k, c.ctypes.data, 64, mr * 64,
+               bias.ctypes.data, accumulate, 0, fin, y.ctypes.data, 64, 3 * mr * 64, res,
+               lohi.ctypes.data)
 
     return run
 
@@ -164,3 +176,51 @@ def test_tap_sum_broadcast_blocks(pixels: int, blocks: int, budget: int | None,
     window = np.stack([src[p * 3:p * 3 + taps] for p in range(pixels)])  # (pixels, taps)
     want = np.einsum("pt,tbl->bpl", window.astype(np.float64), w) + bias[:, None, :]
     np.testing.assert_allclose(dst, np.maximum(want, -0.5), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,mr,nv", [("micro_kernel_blocked", 12, 2),
+                                        ("micro_kernel_blocked7_16", 7, 1)])
+@pytest.mark.parametrize("budget", [None, 6])
+@pytest.mark.parametrize("accumulate", [0, 1])
+@pytest.mark.parametrize("residual,lo,hi", [(False, -np.inf, np.inf), (True, 0.0, np.inf),
+                                            (False, -0.5, 0.75), (True, -np.inf, np.inf)])
+def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: int | None,
+                                          accumulate: int, residual: bool, lo: float,
+                                          hi: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIN_OUT: the block leaves into the output (its own strides), through the residual
+    and the clamp, in the staged path's float order — bit for bit what the stage and the
+    interpreter give; C is left as it was; NaN passes the clamp, as Relu keeps it."""
+    from pydla.backends.cpu.kernels.conv_fast.epilogue import FIN_OUT, FIN_RES
+    if budget is not None:
+        monkeypatch.setattr(simd, "ACC_VECTORS", budget)
+        kernel = gemm._blocked(mr, nv)
+    else:
+        kernel = getattr(gemm, name)
+    p, k = mr + 3, 40
+    x = RNG.standard_normal((-(-k // 16), p, 16)).astype(np.float32)
+    x[0, 1, 0] = np.nan  # row 1 of C is NaN everywhere
+    b = RNG.standard_normal((k, 32)).astype(np.float32)
+    bias = RNG.standard_normal(32).astype(np.float32)
+    c = RNG.standard_normal((2, mr, 16)).astype(np.float32)
+    c_before = c.copy()
+    y = np.full((2, 3 * mr, 16), 9.0, np.float32)  # the output: halves 3·mr rows apart
+    r = RNG.standard_normal((2, 3 * mr, 16)).astype(np.float32)  # the residual, as y
+    flags = FIN_OUT | (FIN_RES if residual else 0)
+    run = _fused(kernel, mr)
+    run(x, p, b, k, c, bias, accumulate, flags, y, r.ctypes.data - y.ctypes.data,
+        np.array([lo, hi], np.float32))
+    assert (c == c_before).all()
+    # The staged path: the same call into C, then the interpreter's steps in numpy.
+    staged = c.copy()
+    _micro(kernel, mr, 0)(x, p, b, k, staged, bias, accumulate)
+    want = staged.copy()
+    if residual:
+        want = want + r[:, :mr]
+    want = np.where(want < lo, np.float32(lo), want)
+    want = np.where(want > hi, np.float32(hi), want)
+    for h in range(nv):
+        np.testing.assert_array_equal(y[h, :mr], want[h])
+    assert np.isnan(y[0, 1]).all()
+    assert (y[:, mr:] == 9.0).all()  # nothing past the block's rows
+    if nv == 1:
+        assert (y[1] == 9.0).all()

@@ -23,6 +23,7 @@ alive and in bounds (``packed_a_size``, ``packed_b_size``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from llvmlite import ir
@@ -30,6 +31,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from pydla.backends.cpu.kernels.conv_fast.epilogue import FIN_OUT, FIN_RES
 from pydla.backends.cpu.kernels.conv_fast.simd import counted_loop, register_passes, splat
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
@@ -70,13 +72,15 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
                    c_: ir.Value, ldc_: ir.Value, acc_flag: ir.Value,
                    c_half: ir.Value | None = None, bias_: ir.Value | None = None,
                    prefetch_b: bool = False, mr: int = MR, nv: int = 2,
-                   a_lane: ir.Value | None = None, a_pf: ir.Value | None = None) -> None:
+                   a_lane: ir.Value | None = None, a_pf: ir.Value | None = None,
+                   final: Final | None = None) -> None:
     """The micro-kernel's body, ``mr`` rows: A's row r at step i is at a_ + r·a_sr_ +
     ``a_off_at(i)``, ``b_row_at(i)`` is the address of B's row i (32 floats); C's row r is
     two vectors at c_ + r·ldc_ and ``c_half`` bytes further (64: contiguous). ``bias_``:
     the address of 32 floats added to every row when C is stored rather than accumulated.
     ``nv`` 1: only B's and C's first vector (a last strip of 16 output channels).
-    ``a_pf``: see _micro_pass.
+    ``a_pf``: see _micro_pass. ``final``: where the call's flags ask for it, the block
+    leaves through a short epilogue into the layer's output instead (Final).
 
     Where the block's accumulators outgrow the vector registers (simd.ACC_VECTORS: AVX2)
     it runs as several passes over K, one vector of columns and a group of rows each; A
@@ -89,7 +93,7 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
         fetch_b = list(range(nv)) if prefetch_b and index == 0 else []
         _micro_pass(builder, a_rows[rows.start:rows.stop], rows.start, a_off_at, b_row_at, k_,
                     c_, ldc_, acc_flag, c_half, bias_, not prefetch_b, fetch_b, cols, a_lane,
-                    a_pf)
+                    a_pf, final)
 
 
 def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
@@ -97,7 +101,8 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                 b_row_at: Callable[[ir.Value], ir.Value], k_: ir.Value, c_: ir.Value,
                 ldc_: ir.Value, acc_flag: ir.Value, c_half: ir.Value | None,
                 bias_: ir.Value | None, fetch_a: bool, fetch_b: list[int], cols: list[int],
-                a_lane: ir.Value | None = None, a_pf: ir.Value | None = None) -> None:
+                a_lane: ir.Value | None = None, a_pf: ir.Value | None = None,
+                final: Final | None = None) -> None:
     """One pass over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``;
     it prefetches A's lines (``fetch_a``) or B's of the column vectors ``fetch_b``.
 
@@ -167,6 +172,9 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
     if bias_ is not None:
         biases = [builder.load(_ptr(builder, bias_, 4 * _LANES * h, _VEC), align=4)
                   for h in cols]
+    if final is not None:
+        _final_store(builder, final, accs, r0, len(a_rows), cols, c_, ldc_, c_half, add, biases)
+        return
     for r in range(len(a_rows)):
         row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
         for j, h in enumerate(cols):
@@ -178,6 +186,82 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
             with builder.if_then(builder.not_(add)):
                 builder.store(value if biases is None else builder.fadd(value, biases[j]), ptr,
                               align=4)
+
+
+@dataclass
+class Final:
+    """A blocked call's epilogue arguments (IR values): flags, the output's address, row
+    and half strides (bytes), the residual's offset from the output (bytes) and the
+    address of the clamp's two floats. With FIN_OUT in the flags the block leaves through
+    the epilogue into the output — C + the block where accumulating, else the block +
+    bias; then the residual (FIN_RES); then the clamp to [lo, hi] (±inf: none; Relu is
+    [0, inf]) — and C is not written."""
+
+    flags: ir.Value
+    out: ir.Value
+    out_ldc: ir.Value
+    out_half: ir.Value
+    res: ir.Value
+    lohi: ir.Value
+
+
+def _final_store(builder: ir.IRBuilder, final: Final, accs: list[ir.Value], r0: int, rows: int,
+                 cols: list[int], c_: ir.Value, ldc_: ir.Value, c_half: ir.Value | None,
+                 add: ir.Value, biases: list[ir.Value] | None) -> None:
+    """The pass's block of C stored as _micro_pass does, or (FIN_OUT) through the epilogue
+    into the output: the same float operations in the same order as the staged path
+    (C + block, or block + bias; + residual; Relu/Clip as compare-and-select, NaN kept),
+    so both give the same bits."""
+    flags = final.flags
+    to_out = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_OUT)),
+                                 ir.Constant(_I64, 0))
+    with_res = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_RES)),
+                                   ir.Constant(_I64, 0))
+    nc = len(cols)
+    half = c_half or ir.Constant(_I64, 4 * _LANES)
+    with builder.if_else(to_out) as (then, other):
+        with then:
+            lo = splat(builder, builder.load(_ptr(builder, final.lohi, 0, _F32), align=4))
+            hi = splat(builder, builder.load(_ptr(builder, final.lohi, 4, _F32), align=4))
+            for r in range(rows):
+                row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
+                orow = builder.add(final.out, builder.mul(ir.Constant(_I64, r0 + r),
+                                                          final.out_ldc))
+                for j, h in enumerate(cols):
+                    ptr = _ptr(builder, row, half if h else 0, _VEC)
+                    oaddr = builder.add(orow, final.out_half) if h else orow
+                    value = accs[nc * r + j]
+                    plain = value if biases is None else builder.fadd(value, biases[j])
+                    entry = builder.block
+                    with builder.if_then(add):
+                        summed = builder.fadd(builder.load(ptr, align=4), value)
+                        summed_at = builder.block
+                    v = builder.phi(_VEC)
+                    v.add_incoming(summed, summed_at)
+                    v.add_incoming(plain, entry)
+                    entry = builder.block
+                    with builder.if_then(with_res):
+                        res = builder.load(_ptr(builder, oaddr, final.res, _VEC), align=4)
+                        plus = builder.fadd(v, res)
+                        plus_at = builder.block
+                    w = builder.phi(_VEC)
+                    w.add_incoming(plus, plus_at)
+                    w.add_incoming(v, entry)
+                    w = builder.select(builder.fcmp_ordered("<", w, lo), lo, w)
+                    w = builder.select(builder.fcmp_ordered(">", w, hi), hi, w)
+                    builder.store(w, _ptr(builder, oaddr, 0, _VEC), align=4)
+        with other:
+            for r in range(rows):
+                row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
+                for j, h in enumerate(cols):
+                    ptr = _ptr(builder, row, half if h else 0, _VEC)
+                    value = accs[nc * r + j]
+                    with builder.if_then(add):
+                        builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr,
+                                      align=4)
+                    with builder.if_then(builder.not_(add)):
+                        builder.store(value if biases is None else
+                                      builder.fadd(value, biases[j]), ptr, align=4)
 
 
 def _block(builder: ir.IRBuilder, j: ir.Value, accs: list[ir.Value],
@@ -241,11 +325,12 @@ def micro_kernel_rows(typingctx, a, a_sk, a_sr, offs, b, k, c, ldc, accumulate):
 def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
     @intrinsic
     def kernel(typingctx, a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias,  # type: ignore[no-untyped-def]
-               accumulate, a_pf):
-        sig = types.void(*([types.int64] * 12))
+               accumulate, a_pf, fin, out, out_ldc, out_half, res, lohi):
+        sig = types.void(*([types.int64] * 18))
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            a_, a_blk_, a_lane_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag, a_pf_ = args
+            (a_, a_blk_, a_lane_, a_sr_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag, a_pf_,
+             *rest) = args
 
             def a_off(i: ir.Value) -> ir.Value:
                 blk = builder.mul(builder.ashr(i, ir.Constant(_I64, 4)), a_blk_)
@@ -255,7 +340,7 @@ def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
             _micro_codegen(builder, a_, a_off, a_sr_,
                            lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
                            k_, c_, ldc_, acc_flag, c_half_, bias_, mr=mr, nv=nv,
-                           a_lane=a_lane_, a_pf=a_pf_)
+                           a_lane=a_lane_, a_pf=a_pf_, final=Final(*rest))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -263,7 +348,8 @@ def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
     return kernel
 
 
-# micro_kernel_blocked(a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias, accumulate, a_pf):
+# micro_kernel_blocked(a, a_blk, a_lane, a_sr, b, k, c, ldc, c_half, bias, accumulate, a_pf,
+#                      fin, out, out_ldc, out_half, res, lohi):
 # ``micro_kernel`` with output pixels as A's rows and output channels as C's columns:
 # A[r, kk] at a + (kk // 16)·a_blk + (kk % 16)·a_lane + r·a_sr — a blocked tensor's
 # pixels (a_lane 4: 16 channels side by side) or a planar one's (a_blk = 16·a_lane, the
@@ -272,7 +358,8 @@ def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
 # (``accumulate`` 0); ``a_pf`` the bytes between the lines of A it prefetches (_micro_pass:
 # 64 where a blocked A streams from memory, else 0). B is packed as for micro_kernel. The
 # 7 variant: MR7 rows; the _16 variants: C's first vector only (an odd last block of 16
-# output channels).
+# output channels). ``fin`` and the five after it: the epilogue into the output (FIN_OUT,
+# Final); 0 and anything: C as above.
 micro_kernel_blocked = _blocked(MR)
 micro_kernel_blocked7 = _blocked(MR7)
 micro_kernel_blocked_16 = _blocked(MR, 1)
@@ -281,11 +368,12 @@ micro_kernel_blocked7_16 = _blocked(MR7, 1)
 
 def _taps(mr: int):  # type: ignore[no-untyped-def]
     @intrinsic
-    def kernel(typingctx, a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate):  # type: ignore[no-untyped-def]
-        sig = types.void(*([types.int64] * 10))
+    def kernel(typingctx, a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate,  # type: ignore[no-untyped-def]
+               fin, out, out_ldc, out_half, res, lohi):
+        sig = types.void(*([types.int64] * 16))
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            a_, a_sr_, taps_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag = args
+            a_, a_sr_, taps_, b_, k_, c_, ldc_, c_half_, bias_, acc_flag, *rest = args
 
             def a_off(i: ir.Value) -> ir.Value:
                 at = builder.add(taps_, builder.mul(builder.ashr(i, ir.Constant(_I64, 4)),
@@ -298,7 +386,7 @@ def _taps(mr: int):  # type: ignore[no-untyped-def]
             _micro_codegen(builder, a_, a_off, a_sr_,
                            lambda i: builder.add(b_, builder.mul(i, ir.Constant(_I64, NR * 4))),
                            k_, c_, ldc_, acc_flag, c_half_, bias_, prefetch_b=True, mr=mr,
-                           a_lane=ir.Constant(_I64, 4))
+                           a_lane=ir.Constant(_I64, 4), final=Final(*rest))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -306,13 +394,15 @@ def _taps(mr: int):  # type: ignore[no-untyped-def]
     return kernel
 
 
-# micro_kernel_taps(a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate):
+# micro_kernel_taps(a, a_sr, taps, b, k, c, ldc, c_half, bias, accumulate, fin, out, out_ldc,
+#                   out_half, res, lohi):
 # ``micro_kernel_blocked`` for a convolution read in place from a channel-blocked,
 # zero-bordered input: row r's window starts at a + r·a_sr (the output pixels along an
 # output row; pass a_sr as a literal — a variable one spills the row addresses), and
 # ``taps`` is the address of k/16 int64 byte offsets (input block and kernel tap of each
 # 16 values of K): A[r, kk] is the float at a + r·a_sr + taps[kk // 16] + 4·(kk % 16).
 # B streams (the weights), so B is prefetched rather than A. The 7 variant: MR7 rows.
+# ``fin`` … ``lohi`` as for micro_kernel_blocked.
 micro_kernel_taps = _taps(MR)
 micro_kernel_taps7 = _taps(MR7)
 

@@ -40,7 +40,13 @@ from pydla.backends.cpu.kernels.conv_fast.binding import (
     with_registers,
 )
 from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blocked, streams
-from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    fuse_at,
+    fused_epilogue,
+    native_epilogue,
+)
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     KC,
     MR,
@@ -83,34 +89,40 @@ def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr
 
 @njit
 def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b: int,
-           kc: int, out: int, c_half: int, bias: int, more: int, pf: int) -> None:
+           kc: int, out: int, c_half: int, bias: int, more: int, pf: int, fin: int, y: int,
+           y_half: int, res: int, lohi: int) -> None:
     # Row strides are literals at each call (16 floats blocked, 1 planar): LLVM then folds
     # the row addresses into one base register (as a variable they spilled, 3× slower).
     # ``one``: an odd last block of output channels, the strip's first vector only (its
     # second would multiply zero weights: the 32->16 projection at 112x112 spent half
-    # its time so).
+    # its time so). ``fin`` … ``lohi``: gemm.Final, the output's rows 16 floats apart.
     if one:
         if mr == MR7:
             if blocked:
                 micro_kernel_blocked7_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias,
-                                         more, pf)
+                                         more, pf, fin, y, L * 4, y_half, res, lohi)
             else:
                 micro_kernel_blocked7_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
-                                         more, pf)
+                                         more, pf, fin, y, L * 4, y_half, res, lohi)
         elif blocked:
-            micro_kernel_blocked_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf)
+            micro_kernel_blocked_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf,
+                                    fin, y, L * 4, y_half, res, lohi)
         else:
             micro_kernel_blocked_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
-                                    more, pf)
+                                    more, pf, fin, y, L * 4, y_half, res, lohi)
     elif mr == MR7:
         if blocked:
-            micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf)
+            micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf,
+                                  fin, y, L * 4, y_half, res, lohi)
         else:
-            micro_kernel_blocked7(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf)
+            micro_kernel_blocked7(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf,
+                                  fin, y, L * 4, y_half, res, lohi)
     elif blocked:
-        micro_kernel_blocked(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf)
+        micro_kernel_blocked(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf,
+                             fin, y, L * 4, y_half, res, lohi)
     else:
-        micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf)
+        micro_kernel_blocked(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf,
+                             fin, y, L * 4, y_half, res, lohi)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -137,7 +149,7 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
              code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
              vecs: np.ndarray, scratch: np.ndarray, local: bool, mr: int, xs: np.ndarray,
              h: int, w: int, sh: int, sw: int, ow: int, stream: bool,
-             strip_major: bool) -> None:
+             strip_major: bool, fused: int, res: int, lohi: np.ndarray) -> None:
     """Thread t's share (run by fork.fork_call). x flat: n images of p pixels, blocked (k/16
     blocks of p × 16) or planar (k rows of p); bp (strips, k, 32) packed weights — k =
     16·⌈c/16⌉ blocked, c planar — of which only the c input channels' rows are multiplied
@@ -150,7 +162,10 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
     ``local``: the epilogue reads no extra inputs. A strided layer (blocked X of h × w
     pixels, strides sh, sw; ow output columns) reads the pixels ``subsample`` gathered into
     xs. ``strip_major``: tasks run strip by strip (each thread reads its own strips of W,
-    every pixel block), not pixel block by pixel block (each thread reads all of W)."""
+    every pixel block), not pixel block by pixel block (each thread reads all of W).
+    ``fused`` (gemm.FIN_OUT, with FIN_RES: ``res`` the residual's offset from y in bytes;
+    ``lohi`` the clamp): a short epilogue (fused_epilogue) that the micro-kernel's last K
+    slice stores straight into y — only a ragged last panel goes through the stage."""
     strips, k = bp.shape[0], bp.shape[1]
     if sh != 1 or sw != 1:
         x = xs
@@ -183,25 +198,35 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
             _ragged(x, first, k, p, x_blocked, tail, mr, rg)
             staged = block
         xa = x.ctypes.data + (img * k * p + q0 * (L if x_blocked else 1)) * 4
+        # The output's two blocks of this strip at pixel q0 (fused: where the last slice
+        # stores).
+        ya = y.ctypes.data + ((img * mb + 2 * s) * p + q0) * L * 4
         for k0 in range(0, c, KC):
             kc = min(KC, c - k0)
             b = bp.ctypes.data + (s * k + k0) * NR * 4
             more = 1 if k0 else 0  # the first slice stores, with the bias
+            fin = fused if k0 + kc == c else 0
             one = mb % 2 == 1 and s == strips - 1
             for pi in range(panels):
                 step = pi * mr * (L if x_blocked else 1) * 4
                 _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
-                       sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
+                       sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf,
+                       fin, ya + pi * mr * L * 4, p * L * 4, res, lohi.ctypes.data)
             if tail:
                 _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
-                       sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf)
+                       sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf,
+                       0, 0, 0, 0, 0)
+        # What is left in the stage: every row, or (fused) the ragged panel's.
+        r0 = panels * mr if fused else 0
+        if r0 == rows:
+            continue
         for half in range(2):
             blk = 2 * s + half
             if blk >= mb:
                 break
             if y_blocked:
-                emit_blocked(st[half], rows, y, img * mb + blk, q0 * L, code, prm,
-                             full0, full1, vecs, scratch[t], stream)
+                emit_blocked(st[half, r0:], rows - r0, y, img * mb + blk, (q0 + r0) * L, code,
+                             prm, full0, full1, vecs, scratch[t], stream)
             else:
                 emit(st[half], min(L, m - blk * L), rows, y, img * m + blk * L, q0,
                      acc[t], local, code, prm, full0, full1, vecs, scratch[t])
@@ -281,6 +306,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs = epi.code, epi.prm, args.vecs
+    stream = geo.y_blocked and streams(spec.outputs[0].shape)
+    short = fused_epilogue(epi)
+    lohi = np.array(short[1:] if short else (-np.inf, np.inf), np.float32)
 
     def pack(w: np.ndarray) -> None:
         wt = np.zeros((k, strips * NR), np.float32)
@@ -294,14 +322,15 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         rag, stage, acc = (s.array for s in work)
+        y = out_rows(outputs[0], *y_shape)
+        fused, res = fuse_at(short, y, full0) if geo.y_blocked and not stream else (0, 0)
         call = fork_call(gemm_c16, nthreads, x.reshape(-1), geo.n, p, geo.c, Fixed(blocked),
-                         bp, bias, out_rows(outputs[0], *y_shape), geo.m, Fixed(geo.y_blocked),
+                         bp, bias, y, geo.m, Fixed(geo.y_blocked),
                          pb, nthreads,
                          rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
                          local, mr, xs,
                          geo.h, geo.w, geo.sh, geo.sw, geo.ow,
-                         geo.y_blocked and streams(spec.outputs[0].shape),
-                         strip_major(geo.n, p, strips))
+                         stream, strip_major(geo.n, p, strips), fused, res, lohi)
         if strided:
             call = chain(kernel_call(subsample, x.reshape(-1), xs, geo.n * kb, geo.h, geo.w,
                                      geo.sh, geo.sw, geo.ow, nthreads), call)

@@ -48,7 +48,13 @@ from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import (
     streams,
 )
 from pydla.backends.cpu.kernels.conv_fast.depthwise_nchw16c import stage_blocked
-from pydla.backends.cpu.kernels.conv_fast.epilogue import Epilogue, EpilogueArgs, native_epilogue
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    fuse_at,
+    fused_epilogue,
+    native_epilogue,
+)
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     KC,
     MR,
@@ -68,22 +74,29 @@ MIN_K = 64  # c·kh·kw below this: direct_c16's broadcast loop is the better ke
 
 @njit
 def _panel(sw: int, mr: int, src: int, tk: int, b: int, kc: int, out: int, c_half: int,
-           bias: int, more: int) -> None:
+           bias: int, more: int, fin: int, y: int, y_half: int, res: int, lohi: int) -> None:
     # The row stride is a literal at each call (strides 1 and 2): LLVM then keeps the
     # row addresses in one base register; a variable stride spilled them (2× slower).
+    # ``fin`` … ``lohi``: gemm.Final, the output's rows 16 floats apart.
     if mr == MR7:
         if sw == 1:
-            micro_kernel_taps7(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+            micro_kernel_taps7(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more,
+                               fin, y, L * 4, y_half, res, lohi)
         elif sw == 2:
-            micro_kernel_taps7(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+            micro_kernel_taps7(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more,
+                               fin, y, L * 4, y_half, res, lohi)
         else:
-            micro_kernel_taps7(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+            micro_kernel_taps7(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more,
+                               fin, y, L * 4, y_half, res, lohi)
     elif sw == 1:
-        micro_kernel_taps(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+        micro_kernel_taps(src, L * 4, tk, b, kc, out, L * 4, c_half, bias, more,
+                          fin, y, L * 4, y_half, res, lohi)
     elif sw == 2:
-        micro_kernel_taps(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+        micro_kernel_taps(src, 2 * L * 4, tk, b, kc, out, L * 4, c_half, bias, more,
+                          fin, y, L * 4, y_half, res, lohi)
     else:
-        micro_kernel_taps(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more)
+        micro_kernel_taps(src, sw * L * 4, tk, b, kc, out, L * 4, c_half, bias, more,
+                          fin, y, L * 4, y_half, res, lohi)
 
 
 @njit(cache=True, error_model="numpy")
@@ -94,7 +107,7 @@ def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndar
              flat: np.ndarray, cbuf: np.ndarray, acc: np.ndarray, code: np.ndarray,
              prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
              scratch: np.ndarray, local: bool, mr: int, x_blocked: bool, blocked: bool,
-             stream: bool) -> None:
+             stream: bool, fused: int, res: int, lohi: np.ndarray) -> None:
     """x (n, c, h, w), or (n, ⌈c/16⌉, h, w·16) when ``x_blocked``; bp (strips, K, 32)
     packed weights, K = 16 · blocks · taps; bias (strips · 32); ``reach`` = (kh - 1)·dh + 1.
     Per thread: stage (blocks, rows_in + 1, cols, 16), flat (rows_in · w, 16) for _stage,
@@ -102,11 +115,15 @@ def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndar
     pixel r · rstride — rstride = cols where panels of mr pixels run on across rows over
     the staged width (stride 1; the pixels past ow are computed and dropped), else ow
     rounded up to mr, each row's last panel spilling into its padding — and acc, scratch
-    for emit. y is (n · m, oh · ow), or (n · ⌈m/16⌉, oh · ow · 16) when ``blocked``."""
+    for emit. y is (n · m, oh · ow), or (n · ⌈m/16⌉, oh · ow · 16) when ``blocked``.
+    ``fused``, ``res``, ``lohi``: as in gemm_c16 — with rows padded to whole panels
+    (rstride ≠ cols), a panel wholly inside its output row is stored into y by the last K
+    slice; the rest of a row leaves through the stage."""
     n, c = x.shape[0], x.shape[1] * (L if x_blocked else 1)
     strips, k = bp.shape[0], bp.shape[1]
     kb, cols = stage.shape[1], stage.shape[3]
     bands = -(-oh // band)
+    mb = -(-m // L)
     per_group = -(-strips // groups)
     tasks = n * bands * groups
     per = -(-tasks // nthreads)
@@ -139,16 +156,25 @@ def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndar
                     for v in range(0, (nrows - 1) * cols + ow, mr):
                         # sw (1), not a literal 1: numba would compile _panel twice
                         _panel(sw, mr, sa + v * L * 4, tk, b, kc, out + v * L * 4,
-                               pad * L * 4, ba + s * NR * 4, more)
+                               pad * L * 4, ba + s * NR * 4, more, 0, 0, 0, 0, 0)
                     continue
+                fin = fused if k0 + kc == k else 0
+                ya = y.ctypes.data + ((img * mb + 2 * s) * oh + r0) * ow * L * 4
                 for r in range(nrows):  # panels of mr pixels along each output row
                     src = sa + r * sh * cols * L * 4
                     for q in range(0, ow, mr):
                         _panel(sw, mr, src + q * sw * L * 4, tk, b, kc,
                                out + (r * rstride + q) * L * 4, pad * L * 4,
-                               ba + s * NR * 4, more)
-        mb = -(-m // L)
+                               ba + s * NR * 4, more,
+                               fin if q + mr <= ow and 2 * s + 1 < mb else 0,
+                               ya + (r * ow + q) * L * 4, oh * ow * L * 4, res, lohi.ctypes.data)
         for s in range(s0, s1):
+            # What is left in the stage: every row, or (fused) each row's ragged last
+            # panel. An odd last block's strip is never fused: the micro-kernel stores
+            # both halves, and the second lies past y.
+            q1 = ow // mr * mr if fused and rstride != cols and 2 * s + 1 < mb else 0
+            if q1 == ow:
+                continue
             for half in range(2):
                 c0 = (2 * s + half) * L
                 if c0 >= m:
@@ -156,13 +182,14 @@ def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndar
                 ob = cb[(s - s0) * 2 + half]
                 if blocked:
                     row = img * mb + 2 * s + half
-                    if rstride == ow:  # the band's rows are one run
+                    if rstride == ow and q1 == 0:  # the band's rows are one run
                         emit_blocked(ob, nrows * ow, y, row, r0 * ow * L, code, prm,
                                      full0, full1, vecs, scratch[t], stream)
                         continue
                     for r in range(nrows):
-                        emit_blocked(ob[r * rstride:], ow, y, row, (r0 + r) * ow * L,
-                                     code, prm, full0, full1, vecs, scratch[t], stream)
+                        emit_blocked(ob[r * rstride + q1:], ow - q1, y, row,
+                                     ((r0 + r) * ow + q1) * L, code, prm, full0, full1, vecs,
+                                     scratch[t], stream)
                     continue
                 for r in range(nrows):
                     emit(ob[r * rstride:], min(L, m - c0), ow, y, img * m + c0,
@@ -253,6 +280,9 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs = epi.code, epi.prm, args.vecs
+    stream = blocked and streams(spec.outputs[0].shape)
+    short = fused_epilogue(epi)
+    lohi = np.array(short[1:] if short else (-np.inf, np.inf), np.float32)
 
     def pack(w: np.ndarray) -> None:
         wt = np.zeros((strips * NR, kb * L, ntaps), np.float32)
@@ -273,11 +303,12 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
             y = out_rows(outputs[0], geo.n * mb, geo.pixels * L)
         else:
             y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
+        fused, res = fuse_at(short, y, full0) if blocked and not stream else (0, 0)
         call = fork_call(taps_c16, nthreads, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh,
                          geo.sw, geo.top, geo.left, (geo.kh - 1) * geo.dh + 1, band, rstride,
                          groups, nthreads, taps, stage, flat, cbuf, acc, code, prm, full0, full1,
                          vecs, args.scratch.array, local, mr, Fixed(geo.x_blocked),
-                         Fixed(blocked), blocked and streams(spec.outputs[0].shape))
+                         Fixed(blocked), stream, fused, res, lohi)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 
