@@ -265,8 +265,9 @@ def _blocked_layer(case: tuple[Any, ...], epilogue: str | None
                    ) -> tuple[dict[str, Any], list[TensorSpec], list[np.ndarray],
                               tuple[int, ...], np.ndarray]:
     """A CASES convolution in the blocked layouts with an epilogue (None, clip, hardswish,
-    residual: + a blocked tensor, residual_relu: then Relu): its attributes, input specs and
-    arrays, blocked output shape, and the planar reference result."""
+    residual: + a blocked tensor, residual_relu: then Relu, silu_residual: x·sigmoid(x) +
+    a blocked tensor): its attributes, input specs and arrays, blocked output shape, and
+    the planar reference result."""
     n, c, m, h, w, k, s, group, lay = case
     x, wt, b = _rand(n, c, h, w), _rand(m, c // group, k, k), _rand(m)
     pad = k // 2
@@ -285,8 +286,10 @@ def _blocked_layer(case: tuple[Any, ...], epilogue: str | None
         return battrs, specs, ins, yshape, want
     steps = {"clip": [("Clip", [0], {"min": 0.0, "max": 6.0})],
              "hardswish": [("HardSwish", [0], {})], "residual": [("Add", [0, 1], {})],
-             "residual_relu": [("Add", [0, 1], {}), ("Relu", [2], {})]}[epilogue]
-    residual = epilogue.startswith("residual")
+             "residual_relu": [("Add", [0, 1], {}), ("Relu", [2], {})],
+             "silu_residual": [("Sigmoid", [0], {}), ("Mul", [2, 0], {}),
+                               ("Add", [1, 3], {})]}[epilogue]
+    residual = "residual" in epilogue
     battrs["epilogue"] = {"inputs": int(residual), "program": [
         {"op": op, "in": regs, "attrs": a, "shape": list(yshape), "dtype": "float32"}
         for op, regs, a in steps]}
@@ -294,6 +297,9 @@ def _blocked_layer(case: tuple[Any, ...], epilogue: str | None
         r = _rand(n, m, oh, ow)
         ins.append(to_blocked(r))
         specs.append(_spec(yshape))
+        if epilogue == "silu_residual":
+            with np.errstate(over="ignore"):  # exp(-x) of a large negative x: x / inf = -0
+                want = want / (1 + np.exp(-want))
         want = want + r
         if epilogue == "residual_relu":
             want = np.maximum(want, 0)
@@ -305,7 +311,8 @@ def _blocked_layer(case: tuple[Any, ...], epilogue: str | None
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual", "residual_relu"])
+@pytest.mark.parametrize("epilogue", [None, "clip", "hardswish", "residual", "residual_relu",
+                                      "silu_residual"])
 def test_blocked_tactics_match_reference(case: tuple[Any, ...], epilogue: str | None) -> None:
     n, c, m, h, w, k, s, group, lay = case
     battrs, specs, ins, yshape, want = _blocked_layer(case, epilogue)

@@ -178,24 +178,43 @@ def test_tap_sum_broadcast_blocks(pixels: int, blocks: int, budget: int | None,
     np.testing.assert_allclose(dst, np.maximum(want, -0.5), rtol=1e-5, atol=1e-5)
 
 
+def _exp32(x: np.ndarray) -> np.ndarray:
+    """epilogue.exp32 in numpy float32, operation for operation."""
+    from pydla.backends.cpu.kernels.conv_fast import epilogue as e
+    x = np.minimum(np.maximum(x, e.EXP_LO), e.EXP_HI)
+    n = np.floor(x * e.LOG2E + np.float32(0.5))
+    r = x - n * e.LN2_HI
+    r = r - n * e.LN2_LO
+    p = e.EXP_P[0]
+    for coef in e.EXP_P[1:]:
+        p = p * r + coef
+    p = p * (r * r) + r + np.float32(1)
+    return p * ((n + np.float32(127)) * np.float32(1 << 23)).astype(np.int32).view(np.float32)
+
+
 @pytest.mark.parametrize("name,mr,nv", [("micro_kernel_blocked", 12, 2),
                                         ("micro_kernel_blocked7_16", 7, 1)])
 @pytest.mark.parametrize("budget", [None, 6])
 @pytest.mark.parametrize("accumulate", [0, 1])
-@pytest.mark.parametrize("residual,lo,hi", [(False, -np.inf, np.inf), (True, 0.0, np.inf),
-                                            (False, -0.5, 0.75), (True, -np.inf, np.inf)])
+@pytest.mark.parametrize("program", ["store", "residual_relu", "clip", "residual",
+                                     "hardswish", "silu", "silu_residual"])
 def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: int | None,
-                                          accumulate: int, residual: bool, lo: float,
-                                          hi: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    """FIN_OUT: the block leaves into the output (its own strides), through the residual
-    and the clamp, in the staged path's float order — bit for bit what the stage and the
+                                          accumulate: int, program: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIN_OUT: the block leaves into the output (its own strides) through the fused
+    epilogue, in the staged path's float operations — bit for bit what the stage and the
     interpreter give; C is left as it was; NaN passes the clamp, as Relu keeps it."""
-    from pydla.backends.cpu.kernels.conv_fast.epilogue import FIN_OUT, FIN_RES
+    from pydla.backends.cpu.kernels.conv_fast import epilogue as e
     if budget is not None:
         monkeypatch.setattr(simd, "ACC_VECTORS", budget)
         kernel = gemm._blocked(mr, nv)
     else:
         kernel = getattr(gemm, name)
+    flags, lo, hi = {
+        "store": (0, -np.inf, np.inf), "residual_relu": (e.FIN_RES, 0.0, np.inf),
+        "clip": (0, -0.5, 0.75), "residual": (e.FIN_RES, -np.inf, np.inf),
+        "hardswish": (e.FIN_HSWISH, -np.inf, np.inf), "silu": (e.FIN_SILU, -np.inf, np.inf),
+        "silu_residual": (e.FIN_SILU | e.FIN_RES_AFTER, -np.inf, np.inf)}[program]
     p, k = mr + 3, 40
     x = RNG.standard_normal((-(-k // 16), p, 16)).astype(np.float32)
     x[0, 1, 0] = np.nan  # row 1 of C is NaN everywhere
@@ -205,22 +224,66 @@ def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: i
     c_before = c.copy()
     y = np.full((2, 3 * mr, 16), 9.0, np.float32)  # the output: halves 3·mr rows apart
     r = RNG.standard_normal((2, 3 * mr, 16)).astype(np.float32)  # the residual, as y
-    flags = FIN_OUT | (FIN_RES if residual else 0)
     run = _fused(kernel, mr)
-    run(x, p, b, k, c, bias, accumulate, flags, y, r.ctypes.data - y.ctypes.data,
+    run(x, p, b, k, c, bias, accumulate, e.FIN_OUT | flags, y, r.ctypes.data - y.ctypes.data,
         np.array([lo, hi], np.float32))
     assert (c == c_before).all()
     # The staged path: the same call into C, then the interpreter's steps in numpy.
     staged = c.copy()
     _micro(kernel, mr, 0)(x, p, b, k, staged, bias, accumulate)
     want = staged.copy()
-    if residual:
+    if flags & e.FIN_RES:
         want = want + r[:, :mr]
     want = np.where(want < lo, np.float32(lo), want)
     want = np.where(want > hi, np.float32(hi), want)
+    if flags & e.FIN_HSWISH:
+        h = want * np.float32(1 / 6) + np.float32(0.5)
+        want = np.minimum(np.maximum(h, np.float32(0)), np.float32(1)) * want
+    if flags & e.FIN_SILU:
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = want * (np.float32(1) / (np.float32(1) + _exp32(-want)))
+    if flags & e.FIN_RES_AFTER:
+        want = want + r[:, :mr]
     for h in range(nv):
         np.testing.assert_array_equal(y[h, :mr], want[h])
     assert np.isnan(y[0, 1]).all()
     assert (y[:, mr:] == 9.0).all()  # nothing past the block's rows
     if nv == 1:
         assert (y[1] == 9.0).all()
+
+
+def test_fused_epilogue_patterns() -> None:
+    """Which interpreter programs the micro-kernels apply as they store (and with which
+    flags and clamp), and that the others stay with the interpreter."""
+    from pydla.backends.cpu.kernels.conv_fast import epilogue as e
+
+    def program(*steps: tuple[int, tuple[int, int], tuple[int, int]],
+                prm: tuple[float, float] = (0.0, 0.0)) -> e.Epilogue:
+        code = np.array([[op, *a, *b] for op, a, b in steps], np.int64).reshape(-1, 5)
+        return e.Epilogue(code, np.array([prm] * len(steps), np.float32).reshape(-1, 2),
+                          (), ())
+
+    acc, full, s0, s1 = (e.ACC, 0), (e.FULL0, 0), (e.STEP, 0), (e.STEP, 1)
+    none = (0, 0)
+    out, res, after = e.FIN_OUT, e.FIN_RES, e.FIN_RES_AFTER
+    assert e.fused_epilogue(program()) == (out, -np.inf, np.inf)
+    assert e.fused_epilogue(program((e.RELU, acc, none))) == (out, 0.0, np.inf)
+    assert e.fused_epilogue(program((e.CLIP, acc, none), prm=(0.0, 6.0))) == (out, 0.0, 6.0)
+    assert e.fused_epilogue(program((e.ADD, full, acc), (e.RELU, s0, none))) == (
+        out | res, 0.0, np.inf)
+    assert e.fused_epilogue(program((e.HARD_SWISH, acc, none), (e.ADD, s0, full))) == (
+        out | e.FIN_HSWISH | after, -np.inf, np.inf)
+    assert e.fused_epilogue(program((e.SIGMOID, acc, none), (e.MUL, s0, acc))) == (
+        out | e.FIN_SILU, -np.inf, np.inf)
+    refused = [
+        program((e.RELU, acc, none), (e.RELU, s0, none)),  # two clamps
+        program((e.ADD, acc, (e.FULL1, 0))),  # the second register
+        program((e.ADD, acc, (e.VEC, 0))),  # a per-channel operand
+        program((e.SIGMOID, acc, none)),  # sigmoid alone
+        program((e.SIGMOID, acc, none), (e.MUL, s0, s0)),  # sigmoid squared
+        program((e.ADD, acc, full), (e.HARD_SWISH, s0, none)),  # activation of the sum
+        program((e.SIGMOID, acc, none), (e.MUL, s0, acc), (e.ADD, s0, full)),  # wrong step
+        program((e.RELU, acc, none), (e.ADD, s1, full)),  # reads a step not yet computed
+    ]
+    for epi in refused:
+        assert e.fused_epilogue(epi) is None, epi.code

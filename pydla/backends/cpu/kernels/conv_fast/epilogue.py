@@ -32,9 +32,10 @@ ADD, SUB, MUL, DIV, MAX, MIN, PRELU = 20, 21, 22, 23, 24, 25, 26
 ACC, FULL0, FULL1, VEC, STEP = 0, 1, 2, 3, 4
 MAX_STEPS = 16
 # A short epilogue that the blocked micro-kernels run on their registers as they store the
-# output (fused_epilogue): FIN_OUT stores into the output, FIN_RES adds a full-shape
-# register first; then a clamp.
-FIN_OUT, FIN_RES = 1, 2
+# output (fused_epilogue; gemm._epilogue_vector): FIN_OUT stores into the output; FIN_RES
+# adds a full-shape register, then a clamp, then HardSwish or x·sigmoid(x), then
+# FIN_RES_AFTER adds the register.
+FIN_OUT, FIN_RES, FIN_RES_AFTER, FIN_HSWISH, FIN_SILU = 1, 2, 4, 8, 16
 
 _UNARY = {"Relu": RELU, "Clip": CLIP, "LeakyRelu": LEAKY_RELU, "Sigmoid": SIGMOID,
           "HardSigmoid": HARD_SIGMOID, "HardSwish": HARD_SWISH, "Swish": SWISH}
@@ -52,6 +53,9 @@ _P0, _P1, _P2 = np.float32(1.9875691500e-4), np.float32(1.3981999507e-3), \
 _P3, _P4, _P5 = np.float32(4.1665795894e-2), np.float32(1.6666665459e-1), \
     np.float32(5.0000001201e-1)
 _BIAS, _MANTISSA = np.float32(127), np.float32(1 << 23)  # float32 exponent bias, 2^23
+# The same constants for gemm._exp, which computes exp32 on vectors of registers.
+EXP_HI, EXP_LO, LOG2E, LN2_HI, LN2_LO = _EXP_HI, _EXP_LO, _LOG2E, _LN2_HI, _LN2_LO
+EXP_P = (_P0, _P1, _P2, _P3, _P4, _P5)
 
 
 @intrinsic
@@ -319,27 +323,47 @@ def compile_epilogue(spec: LayerSpec) -> Epilogue | None:
 
 
 def fused_epilogue(epi: Epilogue) -> tuple[int, float, float] | None:
-    """(flags, lo, hi) where the program is [Add of the block and its first full-shape
-    register] then [Relu or Clip], either part optional; else None (the interpreter runs
-    it). The micro-kernel then applies it as it stores, with the same float operations:
-    a 1×1 layer's output no longer goes through the stage and a second pass —
-    ResNet-50's 64->256 at 56×56 with its residual spent a quarter of its time there."""
+    """(flags, lo, hi) where the program is one the micro-kernel applies as it stores
+    (gemm._epilogue_vector): [Add of the block and its first full-shape register], then
+    [Relu or Clip], or [HardSwish], or [Sigmoid, Mul: x·sigmoid(x)] then [Add of the
+    register] — every part optional; else None (the interpreter runs it). The
+    micro-kernel computes the interpreter's float operations in the same order: a 1×1
+    layer's output no longer goes through the stage and a second pass (ResNet-50's
+    64->256 at 56×56 with its residual spent a quarter of its time there)."""
     flags, lo, hi = FIN_OUT, -np.inf, np.inf
     steps = [tuple(int(v) for v in row) for row in epi.code]
-    if steps and steps[0][0] == ADD and sorted([steps[0][1:3], steps[0][3:5]]) == [
-            (ACC, 0), (FULL0, 0)]:
+    at = 0  # the step whose result the next one must read
+    source = (ACC, 0)
+
+    def adds_register(step: tuple[int, ...], value: tuple[int, int]) -> bool:
+        return step[0] == ADD and sorted([step[1:3], step[3:5]]) == sorted([value, (FULL0, 0)])
+
+    if steps and adds_register(steps[0], source):
         flags |= FIN_RES
-        steps = steps[1:]
-        source = (STEP, 0)
+        steps, source, at = steps[1:], (STEP, 0), 1
+    if not steps:
+        return flags, lo, hi
+    op, kind, index = steps[0][:3]
+    if (kind, index) != source:
+        return None
+    if op in (RELU, CLIP):
+        lo, hi = (0.0, np.inf) if op == RELU else (float(epi.prm[at, 0]), float(epi.prm[at, 1]))
+        return (flags, lo, hi) if len(steps) == 1 else None
+    if flags & FIN_RES:
+        return None  # an activation of the sum: not a pattern of our models
+    if op == HARD_SWISH:
+        flags |= FIN_HSWISH
+        steps, at = steps[1:], at + 1
+    elif (op == SIGMOID and len(steps) > 1 and steps[1][0] == MUL
+          and sorted([steps[1][1:3], steps[1][3:5]]) == [(ACC, 0), (STEP, at)]):
+        flags |= FIN_SILU
+        steps, at = steps[2:], at + 2
     else:
-        source = (ACC, 0)
-    if steps:
-        op, kind, index = steps[0][:3]
-        if len(steps) > 1 or (kind, index) != source or op not in (RELU, CLIP):
-            return None
-        lo, hi = (0.0, np.inf) if op == RELU else (float(epi.prm[len(epi.code) - 1, 0]),
-                                                   float(epi.prm[len(epi.code) - 1, 1]))
-    return flags, lo, hi
+        return None
+    if steps and adds_register(steps[0], (STEP, at - 1)):
+        flags |= FIN_RES_AFTER
+        steps = steps[1:]
+    return (flags, lo, hi) if not steps else None
 
 
 def fuse_at(short: tuple[int, float, float] | None, y: np.ndarray,
@@ -350,7 +374,7 @@ def fuse_at(short: tuple[int, float, float] | None, y: np.ndarray,
     if short is None:
         return 0, 0
     flags = short[0]
-    if not flags & FIN_RES:
+    if not flags & (FIN_RES | FIN_RES_AFTER):
         return flags, 0
     if full0.shape != y.shape or full0.strides != y.strides:
         return 0, 0

@@ -31,7 +31,19 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from pydla.backends.cpu.kernels.conv_fast.epilogue import FIN_OUT, FIN_RES
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    EXP_HI,
+    EXP_LO,
+    EXP_P,
+    FIN_HSWISH,
+    FIN_OUT,
+    FIN_RES,
+    FIN_RES_AFTER,
+    FIN_SILU,
+    LN2_HI,
+    LN2_LO,
+    LOG2E,
+)
 from pydla.backends.cpu.kernels.conv_fast.simd import counted_loop, register_passes, splat
 
 MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
@@ -194,8 +206,7 @@ class Final:
     and half strides (bytes), the residual's offset from the output (bytes) and the
     address of the clamp's two floats. With FIN_OUT in the flags the block leaves through
     the epilogue into the output — C + the block where accumulating, else the block +
-    bias; then the residual (FIN_RES); then the clamp to [lo, hi] (±inf: none; Relu is
-    [0, inf]) — and C is not written."""
+    bias; then _epilogue_vector — and C is not written."""
 
     flags: ir.Value
     out: ir.Value
@@ -210,13 +221,10 @@ def _final_store(builder: ir.IRBuilder, final: Final, accs: list[ir.Value], r0: 
                  add: ir.Value, biases: list[ir.Value] | None) -> None:
     """The pass's block of C stored as _micro_pass does, or (FIN_OUT) through the epilogue
     into the output: the same float operations in the same order as the staged path
-    (C + block, or block + bias; + residual; Relu/Clip as compare-and-select, NaN kept),
-    so both give the same bits."""
+    (C + block, or block + bias; then _epilogue_vector), so both give the same bits."""
     flags = final.flags
     to_out = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_OUT)),
                                  ir.Constant(_I64, 0))
-    with_res = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_RES)),
-                                   ir.Constant(_I64, 0))
     nc = len(cols)
     half = c_half or ir.Constant(_I64, 4 * _LANES)
     with builder.if_else(to_out) as (then, other):
@@ -239,17 +247,9 @@ def _final_store(builder: ir.IRBuilder, final: Final, accs: list[ir.Value], r0: 
                     v = builder.phi(_VEC)
                     v.add_incoming(summed, summed_at)
                     v.add_incoming(plain, entry)
-                    entry = builder.block
-                    with builder.if_then(with_res):
-                        res = builder.load(_ptr(builder, oaddr, final.res, _VEC), align=4)
-                        plus = builder.fadd(v, res)
-                        plus_at = builder.block
-                    w = builder.phi(_VEC)
-                    w.add_incoming(plus, plus_at)
-                    w.add_incoming(v, entry)
-                    w = builder.select(builder.fcmp_ordered("<", w, lo), lo, w)
-                    w = builder.select(builder.fcmp_ordered(">", w, hi), hi, w)
-                    builder.store(w, _ptr(builder, oaddr, 0, _VEC), align=4)
+                    res = _ptr(builder, oaddr, final.res, _VEC)
+                    builder.store(_epilogue_vector(builder, flags, v, res, lo, hi),
+                                  _ptr(builder, oaddr, 0, _VEC), align=4)
         with other:
             for r in range(rows):
                 row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
@@ -262,6 +262,79 @@ def _final_store(builder: ir.IRBuilder, final: Final, accs: list[ir.Value], r0: 
                     with builder.if_then(builder.not_(add)):
                         builder.store(value if biases is None else
                                       builder.fadd(value, biases[j]), ptr, align=4)
+
+
+def _when(builder: ir.IRBuilder, flags: ir.Value, bit: int, v: ir.Value,
+          then: Callable[[ir.Value], ir.Value]) -> ir.Value:
+    """``then(v)`` where the flag ``bit`` is set, else v."""
+    on = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, bit)),
+                             ir.Constant(_I64, 0))
+    entry = builder.block
+    with builder.if_then(on):
+        done = then(v)
+        done_at = builder.block
+    out = builder.phi(_VEC)
+    out.add_incoming(done, done_at)
+    out.add_incoming(v, entry)
+    return out
+
+
+def _const(value: float) -> ir.Constant:
+    return ir.Constant(_VEC, [float(np.float32(value))] * _LANES)
+
+
+def _select_above(builder: ir.IRBuilder, bound: ir.Value, v: ir.Value) -> ir.Value:
+    """numba's max(v, bound): bound where bound > v, else v (NaN kept)."""
+    return builder.select(builder.fcmp_ordered(">", bound, v), bound, v)
+
+
+def _select_below(builder: ir.IRBuilder, bound: ir.Value, v: ir.Value) -> ir.Value:
+    """numba's min(v, bound)."""
+    return builder.select(builder.fcmp_ordered("<", bound, v), bound, v)
+
+
+def _exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """epilogue.exp32 on a vector, operation for operation."""
+    floor = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC]),
+                                           "llvm.floor.v16f32")
+    x = _select_below(builder, _const(EXP_HI), _select_above(builder, _const(EXP_LO), x))
+    n = builder.call(floor, [builder.fadd(builder.fmul(x, _const(LOG2E)), _const(0.5))])
+    r = builder.fsub(x, builder.fmul(n, _const(LN2_HI)))
+    r = builder.fsub(r, builder.fmul(n, _const(LN2_LO)))
+    p = _const(EXP_P[0])
+    for coef in EXP_P[1:]:
+        p = builder.fadd(builder.fmul(p, r), _const(coef))
+    p = builder.fadd(builder.fadd(builder.fmul(p, builder.fmul(r, r)), r), _const(1.0))
+    bits = builder.fptosi(builder.fmul(builder.fadd(n, _const(127.0)), _const(1 << 23)),
+                          ir.VectorType(ir.IntType(32), _LANES))
+    return builder.fmul(p, builder.bitcast(bits, _VEC))
+
+
+def _epilogue_vector(builder: ir.IRBuilder, flags: ir.Value, v: ir.Value, res: ir.Value,
+                     lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """v through the fused epilogue (epilogue.fused_epilogue): + the residual at ``res``
+    (FIN_RES), the clamp to [lo, hi] as the interpreter's Relu/Clip compare and select,
+    HardSwish (FIN_HSWISH) or x·sigmoid(x) (FIN_SILU) as its steps compute them, + the
+    residual (FIN_RES_AFTER)."""
+    def plus_residual(x: ir.Value) -> ir.Value:
+        return builder.fadd(x, builder.load(res, align=4))
+
+    def hardswish(x: ir.Value) -> ir.Value:
+        h = builder.fadd(builder.fmul(x, _const(1 / 6)), _const(0.5))
+        h = builder.select(builder.fcmp_ordered("<", h, _const(0.0)), _const(0.0), h)
+        h = builder.select(builder.fcmp_ordered(">", h, _const(1.0)), _const(1.0), h)
+        return builder.fmul(h, x)
+
+    def silu(x: ir.Value) -> ir.Value:
+        e = _exp(builder, builder.fneg(x))
+        return builder.fmul(x, builder.fdiv(_const(1.0), builder.fadd(_const(1.0), e)))
+
+    v = _when(builder, flags, FIN_RES, v, plus_residual)
+    v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+    v = builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+    v = _when(builder, flags, FIN_HSWISH, v, hardswish)
+    v = _when(builder, flags, FIN_SILU, v, silu)
+    return _when(builder, flags, FIN_RES_AFTER, v, plus_residual)
 
 
 def _block(builder: ir.IRBuilder, j: ir.Value, accs: list[ir.Value],
