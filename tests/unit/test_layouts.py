@@ -349,11 +349,14 @@ def test_pointwise_gemm_multiplies_only_real_channels(case: tuple[Any, ...]) -> 
 @pytest.mark.parametrize("tactic,case", [
     ("gemm_nchw16c", (1, 300, 40, 5, 7, 1, 1, 1, "bb")),  # ragged panel, K in 3 slices
     ("taps_nchw16c", (1, 32, 32, 30, 34, 3, 2, 1, "bb"))])
-def test_fused_residual_may_be_the_output(tactic: str, case: tuple[Any, ...]) -> None:
+@pytest.mark.parametrize("epilogue", ["residual_relu", "silu_residual"])
+def test_fused_residual_may_be_the_output(tactic: str, case: tuple[Any, ...],
+                                          epilogue: str) -> None:
     """A residual Add written over its residual (the planner's in-place reuse): the
     micro-kernel's last K slice reads each residual vector before it stores over it, and
-    the slices before it never touch the output."""
-    battrs, specs, ins, yshape, want = _blocked_layer(case, "residual_relu")
+    the slices before it never touch the output; a residual added after the activation
+    is left to the interpreter then (epilogue.fuse_at)."""
+    battrs, specs, ins, yshape, want = _blocked_layer(case, epilogue)
     spec = LayerSpec("b", "Conv", battrs, tuple(specs), (_spec(yshape),), tactic)
     both = ins[-1].copy()
     bind_layer(spec)([*ins[:-1], both], [both])

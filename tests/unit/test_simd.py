@@ -211,8 +211,9 @@ def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: i
     else:
         kernel = getattr(gemm, name)
     flags, lo, hi = {
-        "store": (0, -np.inf, np.inf), "residual_relu": (e.FIN_RES, 0.0, np.inf),
-        "clip": (0, -0.5, 0.75), "residual": (e.FIN_RES, -np.inf, np.inf),
+        "store": (0, -np.inf, np.inf),
+        "residual_relu": (e.FIN_RES | e.FIN_CLAMP, 0.0, np.inf),
+        "clip": (e.FIN_CLAMP, -0.5, 0.75), "residual": (e.FIN_RES, -np.inf, np.inf),
         "hardswish": (e.FIN_HSWISH, -np.inf, np.inf), "silu": (e.FIN_SILU, -np.inf, np.inf),
         "silu_residual": (e.FIN_SILU | e.FIN_RES_AFTER, -np.inf, np.inf)}[program]
     p, k = mr + 3, 40
@@ -267,10 +268,12 @@ def test_fused_epilogue_patterns() -> None:
     none = (0, 0)
     out, res, after = e.FIN_OUT, e.FIN_RES, e.FIN_RES_AFTER
     assert e.fused_epilogue(program()) == (out, -np.inf, np.inf)
-    assert e.fused_epilogue(program((e.RELU, acc, none))) == (out, 0.0, np.inf)
-    assert e.fused_epilogue(program((e.CLIP, acc, none), prm=(0.0, 6.0))) == (out, 0.0, 6.0)
+    clamp = e.FIN_CLAMP
+    assert e.fused_epilogue(program((e.RELU, acc, none))) == (out | clamp, 0.0, np.inf)
+    assert e.fused_epilogue(program((e.CLIP, acc, none), prm=(0.0, 6.0))) == (
+        out | clamp, 0.0, 6.0)
     assert e.fused_epilogue(program((e.ADD, full, acc), (e.RELU, s0, none))) == (
-        out | res, 0.0, np.inf)
+        out | res | clamp, 0.0, np.inf)
     assert e.fused_epilogue(program((e.HARD_SWISH, acc, none), (e.ADD, s0, full))) == (
         out | e.FIN_HSWISH | after, -np.inf, np.inf)
     assert e.fused_epilogue(program((e.SIGMOID, acc, none), (e.MUL, s0, acc))) == (
@@ -287,3 +290,22 @@ def test_fused_epilogue_patterns() -> None:
     ]
     for epi in refused:
         assert e.fused_epilogue(epi) is None, epi.code
+
+
+def test_fused_residual_placement() -> None:
+    """fuse_at: the residual's offset from the output where it is a separate tensor of the
+    same shape and strides; the output itself only where it is added before the
+    activation (each vector read just before it is stored over); never an overlap."""
+    from pydla.backends.cpu.kernels.conv_fast import epilogue as e
+    before = (e.FIN_OUT | e.FIN_RES | e.FIN_CLAMP, 0.0, np.inf)
+    after = (e.FIN_OUT | e.FIN_SILU | e.FIN_RES_AFTER, -np.inf, np.inf)
+    arena = np.zeros((3, 64), np.float32)
+    y, other = arena[:1], arena[2:]
+    assert e.fuse_at(before, y, other) == (before[0], 2 * 64 * 4)
+    assert e.fuse_at(before, y, y) == (before[0], 0)
+    assert e.fuse_at(after, y, y) == (0, 0)
+    assert e.fuse_at(after, y, other) == (after[0], 2 * 64 * 4)
+    assert e.fuse_at(before, arena[:2], arena[1:]) == (0, 0)  # overlapping
+    assert e.fuse_at(before, y, np.zeros((2, 32), np.float32)) == (0, 0)  # another shape
+    assert e.fuse_at(None, y, other) == (0, 0)
+    assert e.fuse_at((e.FIN_OUT | e.FIN_CLAMP, 0.0, 6.0), y, y) == (e.FIN_OUT | e.FIN_CLAMP, 0)

@@ -31,11 +31,11 @@ ADD, SUB, MUL, DIV, MAX, MIN, PRELU = 20, 21, 22, 23, 24, 25, 26
 # Operand kinds.
 ACC, FULL0, FULL1, VEC, STEP = 0, 1, 2, 3, 4
 MAX_STEPS = 16
-# A short epilogue that the blocked micro-kernels run on their registers as they store the
-# output (fused_epilogue; gemm._epilogue_vector): FIN_OUT stores into the output; FIN_RES
-# adds a full-shape register, then a clamp, then HardSwish or x·sigmoid(x), then
+# A short epilogue that the blocked micro-kernels apply as they store the output
+# (fused_epilogue; gemm._final_epilogue): FIN_OUT stores into the output; FIN_RES adds a
+# full-shape register, FIN_CLAMP clamps, then HardSwish or x·sigmoid(x), then
 # FIN_RES_AFTER adds the register.
-FIN_OUT, FIN_RES, FIN_RES_AFTER, FIN_HSWISH, FIN_SILU = 1, 2, 4, 8, 16
+FIN_OUT, FIN_RES, FIN_RES_AFTER, FIN_HSWISH, FIN_SILU, FIN_CLAMP = 1, 2, 4, 8, 16, 32
 
 _UNARY = {"Relu": RELU, "Clip": CLIP, "LeakyRelu": LEAKY_RELU, "Sigmoid": SIGMOID,
           "HardSigmoid": HARD_SIGMOID, "HardSwish": HARD_SWISH, "Swish": SWISH}
@@ -324,7 +324,7 @@ def compile_epilogue(spec: LayerSpec) -> Epilogue | None:
 
 def fused_epilogue(epi: Epilogue) -> tuple[int, float, float] | None:
     """(flags, lo, hi) where the program is one the micro-kernel applies as it stores
-    (gemm._epilogue_vector): [Add of the block and its first full-shape register], then
+    (gemm._final_epilogue): [Add of the block and its first full-shape register], then
     [Relu or Clip], or [HardSwish], or [Sigmoid, Mul: x·sigmoid(x)] then [Add of the
     register] — every part optional; else None (the interpreter runs it). The
     micro-kernel computes the interpreter's float operations in the same order: a 1×1
@@ -348,7 +348,7 @@ def fused_epilogue(epi: Epilogue) -> tuple[int, float, float] | None:
         return None
     if op in (RELU, CLIP):
         lo, hi = (0.0, np.inf) if op == RELU else (float(epi.prm[at, 0]), float(epi.prm[at, 1]))
-        return (flags, lo, hi) if len(steps) == 1 else None
+        return (flags | FIN_CLAMP, lo, hi) if len(steps) == 1 else None
     if flags & FIN_RES:
         return None  # an activation of the sum: not a pattern of our models
     if op == HARD_SWISH:
@@ -370,7 +370,9 @@ def fuse_at(short: tuple[int, float, float] | None, y: np.ndarray,
             full0: np.ndarray) -> tuple[int, int]:
     """(flags, bytes from y to the residual) for a fused epilogue on this output, or (0, 0)
     where none applies: the residual must have y's shape and strides (its offset is one
-    constant for every vector), else the interpreter reads it."""
+    constant for every vector) and not overlap y — but for being y itself (an in-place
+    Add: each vector is read just before it is stored over) where it is added before
+    the activation; else the interpreter reads it."""
     if short is None:
         return 0, 0
     flags = short[0]
@@ -378,7 +380,10 @@ def fuse_at(short: tuple[int, float, float] | None, y: np.ndarray,
         return flags, 0
     if full0.shape != y.shape or full0.strides != y.strides:
         return 0, 0
-    return flags, full0.ctypes.data - y.ctypes.data
+    delta = full0.ctypes.data - y.ctypes.data
+    if abs(delta) < y.nbytes and (delta or flags & FIN_RES_AFTER):
+        return 0, 0
+    return flags, delta
 
 
 _DUMMY = np.zeros((1, 1), np.float32)
