@@ -192,24 +192,34 @@ def _exp32(x: np.ndarray) -> np.ndarray:
     return p * ((n + np.float32(127)) * np.float32(1 << 23)).astype(np.int32).view(np.float32)
 
 
+FUSED_PROGRAMS = ["store", "residual_relu", "clip", "residual", "hardswish", "silu",
+                  "silu_residual"]
+
+
 @pytest.mark.parametrize("name,mr,nv", [("micro_kernel_blocked", 12, 2),
                                         ("micro_kernel_blocked7_16", 7, 1)])
 @pytest.mark.parametrize("budget", [None, 6])
-@pytest.mark.parametrize("accumulate", [0, 1])
-@pytest.mark.parametrize("program", ["store", "residual_relu", "clip", "residual",
-                                     "hardswish", "silu", "silu_residual"])
 def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: int | None,
-                                          accumulate: int, program: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """FIN_OUT: the block leaves into the output (its own strides) through the fused
     epilogue, in the staged path's float operations — bit for bit what the stage and the
-    interpreter give; C is left as it was; NaN passes the clamp, as Relu keeps it."""
-    from pydla.backends.cpu.kernels.conv_fast import epilogue as e
+    interpreter give; C is left as it was; NaN passes the clamp, as Relu keeps it. Every
+    program and both store and accumulate on one compiled kernel (the flags are run-time
+    values)."""
     if budget is not None:
         monkeypatch.setattr(simd, "ACC_VECTORS", budget)
         kernel = gemm._blocked(mr, nv)
     else:
         kernel = getattr(gemm, name)
+    fused, staged_call = _fused(kernel, mr), _micro(kernel, mr, 0)
+    for program in FUSED_PROGRAMS:
+        for accumulate in (0, 1):
+            _check_fused_store(fused, staged_call, mr, nv, program, accumulate)
+
+
+def _check_fused_store(run, staged_call, mr: int, nv: int, program: str,  # type: ignore[no-untyped-def]
+                       accumulate: int) -> None:
+    from pydla.backends.cpu.kernels.conv_fast import epilogue as e
     flags, lo, hi = {
         "store": (0, -np.inf, np.inf),
         "residual_relu": (e.FIN_RES | e.FIN_CLAMP, 0.0, np.inf),
@@ -225,13 +235,12 @@ def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: i
     c_before = c.copy()
     y = np.full((2, 3 * mr, 16), 9.0, np.float32)  # the output: halves 3·mr rows apart
     r = RNG.standard_normal((2, 3 * mr, 16)).astype(np.float32)  # the residual, as y
-    run = _fused(kernel, mr)
     run(x, p, b, k, c, bias, accumulate, e.FIN_OUT | flags, y, r.ctypes.data - y.ctypes.data,
         np.array([lo, hi], np.float32))
-    assert (c == c_before).all()
+    assert (c == c_before).all(), program
     # The staged path: the same call into C, then the interpreter's steps in numpy.
     staged = c.copy()
-    _micro(kernel, mr, 0)(x, p, b, k, staged, bias, accumulate)
+    staged_call(x, p, b, k, staged, bias, accumulate)
     want = staged.copy()
     if flags & e.FIN_RES:
         want = want + r[:, :mr]
@@ -246,11 +255,11 @@ def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: i
     if flags & e.FIN_RES_AFTER:
         want = want + r[:, :mr]
     for h in range(nv):
-        np.testing.assert_array_equal(y[h, :mr], want[h])
-    assert np.isnan(y[0, 1]).all()
-    assert (y[:, mr:] == 9.0).all()  # nothing past the block's rows
+        np.testing.assert_array_equal(y[h, :mr], want[h], err_msg=f"{program} {accumulate}")
+    assert np.isnan(y[0, 1]).all(), program
+    assert (y[:, mr:] == 9.0).all(), program  # nothing past the block's rows
     if nv == 1:
-        assert (y[1] == 9.0).all()
+        assert (y[1] == 9.0).all(), program
 
 
 def test_fused_epilogue_patterns() -> None:
