@@ -366,6 +366,20 @@ def fused_epilogue(epi: Epilogue) -> tuple[int, float, float] | None:
     return (flags, lo, hi) if not steps else None
 
 
+class FusedStore:
+    """A blocked kernel's fused store, chosen at bind time: the program's fused form
+    (fused_epilogue; None where the output streams around the caches or the program does
+    not qualify) and its clamp as the kernels read it."""
+
+    def __init__(self, epi: Epilogue, enabled: bool) -> None:
+        self.short = fused_epilogue(epi) if enabled else None
+        self.lohi = np.array(self.short[1:] if self.short else (-np.inf, np.inf), np.float32)
+
+    def at(self, y: np.ndarray, full0: np.ndarray) -> tuple[int, int]:
+        """The kernel's (fused, res) arguments for this output and residual (fuse_at)."""
+        return fuse_at(self.short, y, full0)
+
+
 def fuse_at(short: tuple[int, float, float] | None, y: np.ndarray,
             full0: np.ndarray) -> tuple[int, int]:
     """(flags, bytes from y to the residual) for a fused epilogue on this output, or (0, 0)

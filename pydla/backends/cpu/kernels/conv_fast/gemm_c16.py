@@ -43,8 +43,7 @@ from pydla.backends.cpu.kernels.conv_fast.depthwise_c16 import L, emit, emit_blo
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
-    fuse_at,
-    fused_epilogue,
+    FusedStore,
     native_epilogue,
 )
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
@@ -163,9 +162,9 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
     pixels, strides sh, sw; ow output columns) reads the pixels ``subsample`` gathered into
     xs. ``strip_major``: tasks run strip by strip (each thread reads its own strips of W,
     every pixel block), not pixel block by pixel block (each thread reads all of W).
-    ``fused`` (gemm.FIN_OUT, with FIN_RES: ``res`` the residual's offset from y in bytes;
-    ``lohi`` the clamp): a short epilogue (fused_epilogue) that the micro-kernel's last K
-    slice stores straight into y — only a ragged last panel goes through the stage."""
+    ``fused`` (epilogue.FIN_* flags; ``res`` the residual's offset from y in bytes,
+    ``lohi`` the clamp: epilogue.FusedStore): a short epilogue that the micro-kernel's last
+    K slice stores straight into y — only a ragged last panel goes through the stage."""
     strips, k = bp.shape[0], bp.shape[1]
     if sh != 1 or sw != 1:
         x = xs
@@ -183,6 +182,7 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
     pf = L * 4 if x_blocked and strips <= 2 else 0
     rg, st = rag[t], stage[t]
     ra, sa = rg.ctypes.data, st.ctypes.data
+    la = lohi.ctypes.data
     staged = -1  # the pixel block whose ragged panel rag holds
     for task in range(t * per, min(tasks, (t + 1) * per)):
         if strip_major:
@@ -211,7 +211,7 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
                 step = pi * mr * (L if x_blocked else 1) * 4
                 _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
                        sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf,
-                       fin, ya + pi * mr * L * 4, p * L * 4, res, lohi.ctypes.data)
+                       fin, ya + pi * mr * L * 4, p * L * 4, res, la)
             if tail:
                 _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
                        sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf,
@@ -307,8 +307,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs = epi.code, epi.prm, args.vecs
     stream = geo.y_blocked and streams(spec.outputs[0].shape)
-    short = fused_epilogue(epi)
-    lohi = np.array(short[1:] if short else (-np.inf, np.inf), np.float32)
+    store = FusedStore(epi, geo.y_blocked and not stream)
 
     def pack(w: np.ndarray) -> None:
         wt = np.zeros((k, strips * NR), np.float32)
@@ -323,14 +322,14 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         full0, full1 = args.fulls(inputs)
         rag, stage, acc = (s.array for s in work)
         y = out_rows(outputs[0], *y_shape)
-        fused, res = fuse_at(short, y, full0) if geo.y_blocked and not stream else (0, 0)
+        fused, res = store.at(y, full0)
         call = fork_call(gemm_c16, nthreads, x.reshape(-1), geo.n, p, geo.c, Fixed(blocked),
                          bp, bias, y, geo.m, Fixed(geo.y_blocked),
                          pb, nthreads,
                          rag, stage, acc, code, prm, full0, full1, vecs, args.scratch.array,
                          local, mr, xs,
                          geo.h, geo.w, geo.sh, geo.sw, geo.ow,
-                         stream, strip_major(geo.n, p, strips), fused, res, lohi)
+                         stream, strip_major(geo.n, p, strips), fused, res, store.lohi)
         if strided:
             call = chain(kernel_call(subsample, x.reshape(-1), xs, geo.n * kb, geo.h, geo.w,
                                      geo.sh, geo.sw, geo.ow, nthreads), call)

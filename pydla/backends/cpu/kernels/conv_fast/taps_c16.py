@@ -51,8 +51,7 @@ from pydla.backends.cpu.kernels.conv_fast.depthwise_nchw16c import stage_blocked
 from pydla.backends.cpu.kernels.conv_fast.epilogue import (
     Epilogue,
     EpilogueArgs,
-    fuse_at,
-    fused_epilogue,
+    FusedStore,
     native_epilogue,
 )
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
@@ -128,7 +127,7 @@ def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndar
     tasks = n * bands * groups
     per = -(-tasks // nthreads)
     st, cb = stage[t], cbuf[t]
-    sa, ca, ba = st.ctypes.data, cb.ctypes.data, bias.ctypes.data
+    sa, ca, ba, la = st.ctypes.data, cb.ctypes.data, bias.ctypes.data, lohi.ctypes.data
     pad = cb.shape[1]
     for task in range(t * per, min(tasks, (t + 1) * per)):
         img = task // (bands * groups)
@@ -167,7 +166,7 @@ def taps_c16(t: int, x: np.ndarray, bp: np.ndarray, bias: np.ndarray, y: np.ndar
                                out + (r * rstride + q) * L * 4, pad * L * 4,
                                ba + s * NR * 4, more,
                                fin if q + mr <= ow and 2 * s + 1 < mb else 0,
-                               ya + (r * ow + q) * L * 4, oh * ow * L * 4, res, lohi.ctypes.data)
+                               ya + (r * ow + q) * L * 4, oh * ow * L * 4, res, la)
         for s in range(s0, s1):
             # What is left in the stage: every row, or (fused) each row's ragged last
             # panel. An odd last block's strip is never fused: the micro-kernel stores
@@ -281,8 +280,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs = epi.code, epi.prm, args.vecs
     stream = blocked and streams(spec.outputs[0].shape)
-    short = fused_epilogue(epi)
-    lohi = np.array(short[1:] if short else (-np.inf, np.inf), np.float32)
+    store = FusedStore(epi, blocked and not stream)
 
     def pack(w: np.ndarray) -> None:
         wt = np.zeros((strips * NR, kb * L, ntaps), np.float32)
@@ -303,12 +301,12 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
             y = out_rows(outputs[0], geo.n * mb, geo.pixels * L)
         else:
             y = out_rows(outputs[0], geo.n * geo.m, geo.pixels)
-        fused, res = fuse_at(short, y, full0) if blocked and not stream else (0, 0)
+        fused, res = store.at(y, full0)
         call = fork_call(taps_c16, nthreads, x, bp, bias, y, geo.m, geo.oh, geo.ow, geo.sh,
                          geo.sw, geo.top, geo.left, (geo.kh - 1) * geo.dh + 1, band, rstride,
                          groups, nthreads, taps, stage, flat, cbuf, acc, code, prm, full0, full1,
                          vecs, args.scratch.array, local, mr, Fixed(geo.x_blocked),
-                         Fixed(blocked), stream, fused, res, lohi)
+                         Fixed(blocked), stream, fused, res, store.lohi)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bias)
         return with_registers(packed.before(w, call), args, inputs)
 
