@@ -100,13 +100,14 @@ def _micro_codegen(builder: ir.IRBuilder, a_: ir.Value, a_off_at: Callable[[ir.V
     and B are then read once per pass, from L1."""
     # One base address per row of A, outside the loops.
     a_rows = [builder.add(a_, builder.mul(ir.Constant(_I64, r), a_sr_)) for r in range(mr)]
+    bounds = _clamp_bounds(builder, final) if final is not None else None
     for index, (rows, cols) in enumerate(register_passes(mr, nv)):
         # Streamed B: the first pass prefetches every column's lines, the others find them
         # in L1. Else A is prefetched, by every pass.
         fetch_b = list(range(nv)) if prefetch_b and index == 0 else []
         _micro_pass(builder, a_rows[rows.start:rows.stop], rows.start, a_off_at, b_row_at, k_,
                     c_, ldc_, acc_flag, c_half, bias_, not prefetch_b, fetch_b, cols, a_lane,
-                    a_pf, final)
+                    a_pf, final, bounds)
     if final is not None:
         _final_epilogue(builder, final, mr, nv)
 
@@ -117,7 +118,8 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                 ldc_: ir.Value, acc_flag: ir.Value, c_half: ir.Value | None,
                 bias_: ir.Value | None, fetch_a: bool, fetch_b: list[int], cols: list[int],
                 a_lane: ir.Value | None = None, a_pf: ir.Value | None = None,
-                final: Final | None = None) -> None:
+                final: Final | None = None,
+                bounds: tuple[ir.Value, ir.Value] | None = None) -> None:
     """One pass over K: rows r0 … r0 + len(a_rows) - 1 of C, its column vectors ``cols``;
     it prefetches A's lines (``fetch_a``) or B's of the column vectors ``fetch_b``.
 
@@ -187,20 +189,30 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
     if bias_ is not None:
         biases = [builder.load(_ptr(builder, bias_, 4 * _LANES * h, _VEC), align=4)
                   for h in cols]
-    if final is not None:
-        _final_store(builder, final, accs, r0, len(a_rows), cols, c_, ldc_, c_half, add, biases)
+    if final is not None and bounds is not None:
+        _final_store(builder, final, accs, r0, len(a_rows), cols, c_, ldc_, c_half, add, biases,
+                     bounds)
         return
-    for r in range(len(a_rows)):
-        row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
-        for j, h in enumerate(cols):
-            ptr = _ptr(builder, row, (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0,
-                       _VEC)
-            value = accs[nc * r + j]
-            with builder.if_then(add):
-                builder.store(builder.fadd(builder.load(ptr, align=4), value), ptr, align=4)
-            with builder.if_then(builder.not_(add)):
-                builder.store(value if biases is None else builder.fadd(value, biases[j]), ptr,
-                              align=4)
+
+    def stores(accumulate: bool) -> None:
+        for r in range(len(a_rows)):
+            row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
+            for j, h in enumerate(cols):
+                ptr = _ptr(builder, row,
+                           (c_half or ir.Constant(_I64, 4 * _LANES)) if h else 0, _VEC)
+                value = accs[nc * r + j]
+                if accumulate:
+                    value = builder.fadd(builder.load(ptr, align=4), value)
+                elif biases is not None:
+                    value = builder.fadd(value, biases[j])
+                builder.store(value, ptr, align=4)
+
+    # One branch per pass, not one per vector (_final_store).
+    with builder.if_else(add) as (then, otherwise):
+        with then:
+            stores(True)
+        with otherwise:
+            stores(False)
 
 
 @dataclass
@@ -219,38 +231,76 @@ class Final:
     lohi: ir.Value
 
 
+def _clamp_bounds(builder: ir.IRBuilder, final: Final) -> tuple[ir.Value, ir.Value]:
+    """The clamp _final_store applies as it stores: [lo, hi] where the call stores into the
+    output with FIN_CLAMP, else [-inf, inf] (the selects then keep every value, NaN and
+    -0 included). Read once per call, before the passes."""
+    on = ir.Constant(_I64, FIN_OUT | FIN_CLAMP)
+    clamps = builder.icmp_signed("==", builder.and_(final.flags, on), on)
+    entry = builder.block
+    with builder.if_then(clamps):
+        lo = splat(builder, builder.load(_ptr(builder, final.lohi, 0, _F32), align=4))
+        hi = splat(builder, builder.load(_ptr(builder, final.lohi, 4, _F32), align=4))
+        loaded = builder.block
+    bounds = []
+    for value, default in ((lo, -np.inf), (hi, np.inf)):
+        phi = builder.phi(_VEC)
+        phi.add_incoming(value, loaded)
+        phi.add_incoming(_const(default), entry)
+        bounds.append(phi)
+    return bounds[0], bounds[1]
+
+
 def _final_store(builder: ir.IRBuilder, final: Final, accs: list[ir.Value], r0: int, rows: int,
                  cols: list[int], c_: ir.Value, ldc_: ir.Value, c_half: ir.Value | None,
-                 add: ir.Value, biases: list[ir.Value] | None) -> None:
+                 add: ir.Value, biases: list[ir.Value] | None,
+                 bounds: tuple[ir.Value, ir.Value]) -> None:
     """The pass's block of C — C + the block where accumulating, else the block + bias —
     stored into C as _micro_pass does, or (FIN_OUT) into the output, + the residual
-    (FIN_RES), where _final_epilogue then finishes it."""
-    to_out = builder.icmp_signed("!=", builder.and_(final.flags, ir.Constant(_I64, FIN_OUT)),
+    (FIN_RES), clamped to ``bounds`` (_clamp_bounds: Relu/Clip's compare and select, NaN
+    kept); _final_epilogue then applies any other activation. One branch per pass, on
+    accumulating: the residual and the destination are selects, so that the stores are
+    straight-line code. With a branch at each vector, 1×1 layers that store after every
+    64 or 128 steps of K ran 11-25 % slower (a 12-row block's loop nest on one Zen 3 core,
+    old and new kernels alternating). C is read without FIN_RES too (the select drops
+    it), so it must be readable memory: the callers' stage always is."""
+    flags = final.flags
+    to_out = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_OUT)),
                                  ir.Constant(_I64, 0))
+    with_res = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_RES)),
+                                   ir.Constant(_I64, 0))
+    lo, hi = bounds
     nc = len(cols)
     half = c_half or ir.Constant(_I64, 4 * _LANES)
-    for r in range(rows):
-        row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
-        orow = builder.add(final.out, builder.mul(ir.Constant(_I64, r0 + r), final.out_ldc))
-        for j, h in enumerate(cols):
-            at = builder.add(row, half) if h else row
-            out_at = builder.add(orow, final.out_half) if h else orow
-            ptr = _ptr(builder, at, 0, _VEC)
-            dst = _ptr(builder, builder.select(to_out, out_at, at), 0, _VEC)
-            value = accs[nc * r + j]
-            plain = value if biases is None else builder.fadd(value, biases[j])
-            entry = builder.block
-            with builder.if_then(add):
-                summed = builder.fadd(builder.load(ptr, align=4), value)
-                summed_at = builder.block
-            v = builder.phi(_VEC)
-            v.add_incoming(summed, summed_at)
-            v.add_incoming(plain, entry)
-            # The residual before the store: it may be the output itself (in place).
-            res = _ptr(builder, out_at, final.res, _VEC)
-            v = _when(builder, final.flags, FIN_RES, v,
-                      lambda x, res=res: builder.fadd(x, builder.load(res, align=4)))
-            builder.store(v, dst, align=4)
+
+    def stores(accumulate: bool) -> None:
+        for r in range(rows):
+            row = builder.add(c_, builder.mul(ir.Constant(_I64, r0 + r), ldc_))
+            orow = builder.add(final.out, builder.mul(ir.Constant(_I64, r0 + r),
+                                                      final.out_ldc))
+            for j, h in enumerate(cols):
+                at = builder.add(row, half) if h else row
+                out_at = builder.add(orow, final.out_half) if h else orow
+                value = accs[nc * r + j]
+                if accumulate:
+                    v = builder.fadd(builder.load(_ptr(builder, at, 0, _VEC), align=4), value)
+                else:
+                    v = value if biases is None else builder.fadd(value, biases[j])
+                # The residual before the store: it may be the output itself (in place).
+                # Without FIN_RES the load reads C, and its sum is not kept.
+                res_at = builder.select(with_res, builder.add(out_at, final.res), at)
+                summed = builder.fadd(v, builder.load(_ptr(builder, res_at, 0, _VEC), align=4))
+                v = builder.select(with_res, summed, v)
+                v = builder.select(builder.fcmp_ordered("<", v, lo), lo, v)
+                v = builder.select(builder.fcmp_ordered(">", v, hi), hi, v)
+                builder.store(v, _ptr(builder, builder.select(to_out, out_at, at), 0, _VEC),
+                              align=4)
+
+    with builder.if_else(add) as (then, otherwise):
+        with then:
+            stores(True)
+        with otherwise:
+            stores(False)
 
 
 def _when(builder: ir.IRBuilder, flags: ir.Value, bit: int, v: ir.Value,
@@ -301,14 +351,14 @@ def _exp(builder: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 def _final_epilogue(builder: ir.IRBuilder, final: Final, mr: int, nv: int) -> None:
     """After every pass stored the block into the output (FIN_OUT, with the residual
-    FIN_RES added), the rest of the fused epilogue on its mr × nv vectors, as the
-    interpreter's steps compute it: the clamp to [lo, hi] (FIN_CLAMP) as Relu/Clip's
-    compare and select, NaN kept; HardSwish (FIN_HSWISH) or x·sigmoid(x) (FIN_SILU, exp32
-    operation for operation); + the residual (FIN_RES_AFTER). One loop over the block's
-    rows rather than the code at each of its 24 stores, which added 14 s to ResNet-50's
-    first build; the vectors come back from L1."""
+    FIN_RES added and the clamp applied: _final_store), the rest of the fused epilogue on
+    its mr × nv vectors, as the interpreter's steps compute it: HardSwish (FIN_HSWISH) or
+    x·sigmoid(x) (FIN_SILU, exp32 operation for operation); + the residual
+    (FIN_RES_AFTER). One loop over the block's rows rather than the code at each of its
+    24 stores, which added 14 s to ResNet-50's first build; the vectors come back from
+    L1."""
     flags = final.flags
-    work = FIN_CLAMP | FIN_HSWISH | FIN_SILU | FIN_RES_AFTER
+    work = FIN_HSWISH | FIN_SILU | FIN_RES_AFTER
     busy = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, work)),
                                ir.Constant(_I64, 0))
     out = builder.icmp_signed("!=", builder.and_(flags, ir.Constant(_I64, FIN_OUT)),
@@ -324,10 +374,6 @@ def _final_epilogue(builder: ir.IRBuilder, final: Final, mr: int, nv: int) -> No
         e = _exp(builder, builder.fneg(x))
         return builder.fmul(x, builder.fdiv(_const(1.0), builder.fadd(_const(1.0), e)))
 
-    def clamp(x: ir.Value) -> ir.Value:
-        x = builder.select(builder.fcmp_ordered("<", x, lo), lo, x)
-        return builder.select(builder.fcmp_ordered(">", x, hi), hi, x)
-
     def row(r: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
         orow = builder.add(final.out, builder.mul(r, final.out_ldc))
         for h in range(nv):
@@ -339,7 +385,6 @@ def _final_epilogue(builder: ir.IRBuilder, final: Final, mr: int, nv: int) -> No
                 return builder.fadd(x, builder.load(res, align=4))
 
             v = builder.load(ptr, align=4)
-            v = _when(builder, flags, FIN_CLAMP, v, clamp)
             v = _when(builder, flags, FIN_HSWISH, v, hardswish)
             v = _when(builder, flags, FIN_SILU, v, silu)
             v = _when(builder, flags, FIN_RES_AFTER, v, plus_residual)
@@ -347,8 +392,6 @@ def _final_epilogue(builder: ir.IRBuilder, final: Final, mr: int, nv: int) -> No
         return accs
 
     with builder.if_then(builder.and_(out, busy)):
-        lo = splat(builder, builder.load(_ptr(builder, final.lohi, 0, _F32), align=4))
-        hi = splat(builder, builder.load(_ptr(builder, final.lohi, 4, _F32), align=4))
         counted_loop(builder, ir.Constant(_I64, 0), ir.Constant(_I64, mr), [], row)
 
 
