@@ -268,21 +268,22 @@ def test_taps_panel_rows(xs: Sequence[int], ws: Sequence[int], stride: int, pad:
 
 
 @pytest.mark.parametrize("pixels,avx512,avx2", [
-    (49, MR7, MR7), (196, MR7, MR), (63, MR7, MR), (784, MR, MR), (144, MR, MR),
+    (49, MR7, 6), (196, MR7, 6), (63, MR7, 6), (784, MR, MR), (144, MR, MR),
     (20, MR7, MR), (24, MR, MR), (3136, MR, MR)])
 def test_gemm_c16_panel_rows(pixels: int, avx512: int, avx2: int,
                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pixels as rows: panels of 7 only where they cost 2 % less than panels of 12 — with
-    AVX-512 by the rows 12 would waste, on AVX2 also by 7 rows running as passes of 4 and
-    3 (at 7/8 of the FMA peak): there only the 7×7 plane takes them."""
-    for budget, per_vector, want in ((24, 1, avx512), (6, 2, avx2)):
+    """Pixels as rows: panels of the small row count (7 with AVX-512, 6 on AVX2, where 7
+    rows run as passes of 4 and 3 at 7/8 of the FMA peak) only where they cost 2 % less
+    than panels of 12 — by the rows 12 would waste and how fast each shape runs."""
+    for budget, per_vector, small, want in ((24, 1, MR7, avx512), (6, 2, 6, avx2)):
         monkeypatch.setattr(simd, "ACC_VECTORS", budget)
         monkeypatch.setattr(simd, "NATIVE_PER_VECTOR", per_vector)
-        assert gemm_c16.rows_for(pixels) == want, (budget, pixels)
+        assert gemm_c16.rows_for(pixels, small) == want, (budget, pixels)
 
 
 def test_gemm_c16_rows_of_seven() -> None:
-    """A 7×7 plane (49 pixels in panels of 7), batch 2, channels not multiples of 16."""
+    """A 7×7 plane (49 pixels in panels of gemm.MR_SMALL: 7 whole ones with AVX-512, 8 and
+    a ragged one of 6 on AVX2), batch 2, channels not multiples of 16."""
     x, w, b = _rand(2, 72, 7, 7), _rand(40, 72, 1, 1) * np.float32(0.1), _rand(40)
     spec = _spec(x, w, b, _attrs(), REFERENCE)
     _close(_run(_with_tactic(spec, "gemm_c16"), [x, w, b]), _run(spec, [x, w, b]),

@@ -115,9 +115,9 @@ def _fused(kernel, mr: int):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name,mr,nv", [("micro_kernel_blocked", 12, 2),
-                                        ("micro_kernel_blocked7", 7, 2),
+                                        ("micro_kernel_blocked_small", gemm.MR_SMALL, 2),
                                         ("micro_kernel_blocked_16", 12, 1),
-                                        ("micro_kernel_blocked7_16", 7, 1)])
+                                        ("micro_kernel_blocked_small_16", gemm.MR_SMALL, 1)])
 @pytest.mark.parametrize("k", [1, 17, 64])
 @pytest.mark.parametrize("budget", [None, 6, 3])
 @pytest.mark.parametrize("a_pf", [0, 64])
@@ -197,7 +197,7 @@ FUSED_PROGRAMS = ["store", "residual_relu", "clip", "residual", "hardswish", "si
 
 
 @pytest.mark.parametrize("name,mr,nv", [("micro_kernel_blocked", 12, 2),
-                                        ("micro_kernel_blocked7_16", 7, 1)])
+                                        ("micro_kernel_blocked_small_16", gemm.MR_SMALL, 1)])
 @pytest.mark.parametrize("budget", [None, 6])
 def test_blocked_micro_kernel_fused_store(name: str, mr: int, nv: int, budget: int | None,
                                           monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,6 +53,12 @@ MR, NR = 12, 32  # the micro-kernel's block of C: 12 rows × 2 vectors of 16
 # pixels 11. Both shapes run at the FMA peak from L1 with AVX-512 (≈ 245 GFLOP/s a core
 # measured); on AVX2 a 7-row block runs below it (simd.pass_cost).
 MR7 = 7
+# The 1×1 kernel's (gemm_c16) second row count: 7 where a 7-row block runs as one pass
+# (AVX-512), else 6 — on AVX2 7 rows run as passes of 4 and 3 rows, the second short of
+# FMA chains, while 6 rows run as full passes: a 7×7 plane's 49 pixels in 9 panels of 6
+# ran 10-20 % faster than in 7 of 7, and 14×14 planes 3-6 % faster than in panels of 12
+# (loop nests on one Zen 3 core).
+MR_SMALL = MR7 if len(register_passes(MR7, 2)) == 1 else 6
 # K slice (a B strip of KC × 32) and M block (an A block of MC × KC). A block that runs
 # as one pass (AVX-512) reads its B strip once per call: 256 (32 KiB). One that runs as
 # several passes (AVX2) reads it once per pass: 128, so that the strip (16 KiB) stays in
@@ -488,13 +494,13 @@ def _blocked(mr: int, nv: int = 2):  # type: ignore[no-untyped-def]
 # (two blocks of a blocked output), plus the 32 floats at ``bias`` when stored
 # (``accumulate`` 0); ``a_pf`` the bytes between the lines of A it prefetches (_micro_pass:
 # 64 where a blocked A streams from memory, else 0). B is packed as for micro_kernel. The
-# 7 variant: MR7 rows; the _16 variants: C's first vector only (an odd last block of 16
-# output channels). ``fin`` and the five after it: the epilogue into the output (FIN_OUT,
-# Final); 0 and anything: C as above.
+# _small variants: MR_SMALL rows; the _16 variants: C's first vector only (an odd last
+# block of 16 output channels). ``fin`` and the five after it: the epilogue into the
+# output (FIN_OUT, Final); 0 and anything: C as above.
 micro_kernel_blocked = _blocked(MR)
-micro_kernel_blocked7 = _blocked(MR7)
+micro_kernel_blocked_small = _blocked(MR_SMALL)
 micro_kernel_blocked_16 = _blocked(MR, 1)
-micro_kernel_blocked7_16 = _blocked(MR7, 1)
+micro_kernel_blocked_small_16 = _blocked(MR_SMALL, 1)
 
 
 def _taps(mr: int):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ W is packed once into strips of 32 output channels (zero past m and past c). Eac
 takes a block of pixels and one strip: it runs every K slice into a
 staging block (two output blocks × its pixels, in L1/L2) — the first slice stores with
 the bias added — then runs the epilogue into the output's two blocks. Panels are of MR
-pixels, or of MR7 where that wastes fewer (a 7×7 plane's 49 pixels). A ragged last panel
+pixels, or of MR_SMALL where that wastes fewer (a 7×7 plane's 49 pixels). A ragged last panel
 is copied into a zero-padded panel first, so that no read passes the end of a block.
 """
 
@@ -49,12 +49,12 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.gemm import (
     KC,
     MR,
-    MR7,
+    MR_SMALL,
     NR,
     micro_kernel_blocked,
-    micro_kernel_blocked7,
-    micro_kernel_blocked7_16,
     micro_kernel_blocked_16,
+    micro_kernel_blocked_small,
+    micro_kernel_blocked_small_16,
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, pass_cost, zero_bytes
@@ -96,26 +96,26 @@ def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b
     # second would multiply zero weights: the 32->16 projection at 112x112 spent half
     # its time so). ``fin`` … ``lohi``: gemm.Final, the output's rows 16 floats apart.
     if one:
-        if mr == MR7:
+        if mr == MR_SMALL:
             if blocked:
-                micro_kernel_blocked7_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias,
-                                         more, pf, fin, y, L * 4, y_half, res, lohi)
+                micro_kernel_blocked_small_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half,
+                                              bias, more, pf, fin, y, L * 4, y_half, res, lohi)
             else:
-                micro_kernel_blocked7_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
-                                         more, pf, fin, y, L * 4, y_half, res, lohi)
+                micro_kernel_blocked_small_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half,
+                                              bias, more, pf, fin, y, L * 4, y_half, res, lohi)
         elif blocked:
             micro_kernel_blocked_16(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf,
                                     fin, y, L * 4, y_half, res, lohi)
         else:
             micro_kernel_blocked_16(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
                                     more, pf, fin, y, L * 4, y_half, res, lohi)
-    elif mr == MR7:
+    elif mr == MR_SMALL:
         if blocked:
-            micro_kernel_blocked7(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf,
-                                  fin, y, L * 4, y_half, res, lohi)
+            micro_kernel_blocked_small(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias,
+                                       more, pf, fin, y, L * 4, y_half, res, lohi)
         else:
-            micro_kernel_blocked7(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias, more, pf,
-                                  fin, y, L * 4, y_half, res, lohi)
+            micro_kernel_blocked_small(a, a_blk, a_lane, 4, b, kc, out, L * 4, c_half, bias,
+                                       more, pf, fin, y, L * 4, y_half, res, lohi)
     elif blocked:
         micro_kernel_blocked(a, a_blk, 4, L * 4, b, kc, out, L * 4, c_half, bias, more, pf,
                              fin, y, L * 4, y_half, res, lohi)
@@ -155,7 +155,7 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
     (MobileNetV2's 24 channels at 56×56 are 32 blocked: a quarter of those layers' FMAs
     multiplied zeros); bias (strips·32); y the output's rows: (n·⌈m/16⌉, p·16) blocked or
     (n·m, p) planar; pb pixels per block (a multiple of mr, the micro-kernel's rows: MR or
-    MR7). A task is one strip of one pixel block; each thread takes a run of consecutive
+    MR_SMALL). A task is one strip of one pixel block; each thread takes a run of consecutive
     tasks (the strips of a block follow each other: its pixels stay in cache). Per thread:
     rag (a ragged panel, as _ragged), stage (2, pb, 16), acc (pb · 16, emit's scratch).
     ``local``: the epilogue reads no extra inputs. A strided layer (blocked X of h × w
@@ -251,16 +251,17 @@ def _pointwise(g: Conv2d, strided: bool) -> bool:
             and (g.oh, g.ow) == ((g.h - 1) // g.sh + 1, (g.w - 1) // g.sw + 1))
 
 
-def rows_for(pixels: int) -> int:
-    """The micro-kernel's rows for a block of ``pixels``: MR7 where its panels cost more
-    than 2 % less than panels of 12 — the rows a ragged last panel wastes against how
-    fast each shape runs (simd.pass_cost): with AVX-512 both run at the FMA peak and a
-    7×7 plane's 49 pixels (11 of 60 wasted by 12) or 14×14 (8 of 204) take MR7; on AVX2
-    a 7-row block runs at 7/8 of the peak and only 7×7 does."""
+def rows_for(pixels: int, small: int = MR_SMALL) -> int:
+    """The micro-kernel's rows for a block of ``pixels``: ``small`` (MR_SMALL: 7 with
+    AVX-512, 6 on AVX2) where its panels cost more than 2 % less than panels of 12 — the
+    rows a ragged last panel wastes against how fast each shape runs (simd.pass_cost).
+    With AVX-512 both run at the FMA peak and a 7×7 plane's 49 pixels (11 of 60 wasted by
+    12) or 14×14 (8 of 204) take 7; on AVX2 6 rows run as fast as 12 and 7×7, 14×14 and
+    smaller planes take 6."""
     def cost(mr: int) -> float:
         return -(-pixels // mr) * pass_cost(mr, 2)
 
-    return MR7 if cost(MR7) < 0.98 * cost(MR) else MR
+    return small if cost(small) < 0.98 * cost(MR) else MR
 
 
 def split(n: int, pixels: int, strips: int, nthreads: int, mr: int = MR) -> int:
