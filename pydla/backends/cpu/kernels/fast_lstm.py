@@ -35,6 +35,7 @@ from pydla.backends.cpu.kernels.fast_math import (
 )
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import PreboundKernel, chain
+from pydla.backends.cpu.workspace import aligned_zeros
 
 Thunk = Callable[[], None]
 
@@ -153,21 +154,21 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         h0 = ins[5] if len(ins) > 5 and ins[5] is not None else np.zeros((dirs, batch, hidden),
                                                                          np.float32)
         c0 = ins[6] if len(ins) > 6 else None
-        g = np.empty((steps * batch, dirs * 4 * hidden), np.float32)
+        g = aligned_zeros((steps * batch, dirs * 4 * hidden))
         rh = np.empty((dirs, batch, 4 * hidden), np.float32)
         c = np.empty((dirs, batch, hidden), np.float32)
         yh = outs[1] if n_out > 1 else np.empty((dirs, batch, hidden), np.float32)
         yc = outs[2] if n_out > 2 else np.empty((dirs, batch, hidden), np.float32)
-        rt = np.empty((dirs, hidden, 4 * hidden), np.float32)
+        rt = aligned_zeros((dirs, hidden, 4 * hidden))
         bsum = np.zeros((dirs, 4 * hidden), np.float32)
         four = 4 * hidden
         # X · Wᵀ (every direction's gates in one product): X's rows padded to whole
         # panels (the micro-kernel reads them), Wᵀ packed.
-        xp = np.zeros((-(-steps * batch // MR) * MR, size), np.float32)
-        wp = np.zeros(packed_b_size(size, gates), np.float32)
+        xp = aligned_zeros((-(-steps * batch // MR) * MR, size))
+        wp = aligned_zeros(packed_b_size(size, gates))
         edge = np.zeros((max(nthreads, dirs), MR * NR), np.float32)
         panel = PANEL_BATCH <= batch <= AXPY_BATCH
-        rp = np.zeros((dirs, packed_b_size(hidden, four) if panel else 0), np.float32)
+        rp = aligned_zeros((dirs, packed_b_size(hidden, four) if panel else 0))
         hs = np.zeros((dirs, -(-batch // MR) * MR * hidden if panel else 0), np.float32)
         xs = src.reshape(steps * batch, size)
 

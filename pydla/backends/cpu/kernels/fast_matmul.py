@@ -39,6 +39,7 @@ from pydla.backends.cpu.kernels.fast_pointwise import CompiledProgram, compile_e
 from pydla.backends.cpu.kernels.fast_pointwise_ops import FLOAT_OPS
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import Fixed, PreboundKernel, chain
+from pydla.backends.cpu.workspace import aligned_zeros
 from pydla.dtypes import DType
 
 Thunk = Callable[[], None]
@@ -338,7 +339,7 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
     product = _gemm_product(spec) if spec.op == "Gemm" else _matmul_product(spec)
     assert product is not None, "applies() was checked by the backend"
     geo, parallel = product.geo(threads.configure(), packed)
-    bp = np.zeros(-(-product.n // NR) * NR * product.k if packed else 1, np.float32)
+    bp = aligned_zeros(-(-product.n // NR) * NR * product.k if packed else 1)
 
     def pack(w: np.ndarray) -> None:
         b = w.reshape(product.n, product.k).T if product.trans_b else w.reshape(product.k,

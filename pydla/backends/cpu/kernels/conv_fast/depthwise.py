@@ -38,6 +38,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, fill
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.workspace import aligned_zeros
 
 
 @njit(inline="always")
@@ -209,7 +210,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     p = geo.pixels
     wq, size = layout(geo)
     # The phase planes' borders are zeroed once, here, and never written: not scratch.
-    planes = np.zeros((nthreads, geo.sh * geo.sw, size), np.float32)
+    planes = aligned_zeros((nthreads, geo.sh * geo.sw, size))
     used = np.ones(geo.sh * geo.sw, np.bool_)
     work = [workspace.scratch(shape) for shape in (
         (nthreads, geo.oh * wq),  # grid

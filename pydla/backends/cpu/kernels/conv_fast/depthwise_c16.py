@@ -47,6 +47,7 @@ from pydla.backends.cpu.kernels.conv_fast.simd import (
     zero_bytes,
 )
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.workspace import aligned_zeros
 
 L = 16  # channels per block: one AVX-512 vector of float32
 _STAGE_BYTES = 96 * 1024  # a band's staged input; with its output it stays in L2
@@ -254,8 +255,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         (nthreads, band * geo.ow * L))]  # acc
     offs = np.array([(i * geo.dh * cols + j * geo.dw) * L * 4
                      for i in range(geo.kh) for j in range(geo.kw)], np.int64)
-    wp = np.zeros((blocks, geo.kh * geo.kw, L), np.float32)
-    bp = np.zeros((blocks, L), np.float32)
+    wp = aligned_zeros((blocks, geo.kh * geo.kw, L))
+    bp = aligned_zeros((blocks, L))
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
                         band * geo.ow * (L if local else 1))

@@ -56,6 +56,7 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d, inside
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, tap_sum, tap_sum_one, zero_bytes
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.workspace import aligned_zeros
 
 _OUT_BYTES = 32 * 1024  # a band of one block's output rows, for a non-fused epilogue
 _VEC = L * 4  # bytes of one pixel's 16 channels
@@ -282,8 +283,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     ntaps = geo.kh * geo.kw
     lim = kernel_rows(geo)
     obuf = workspace.scratch((nthreads, band * geo.ow, L))
-    wt = np.zeros((blocks, len(cols.runs), ntaps, L), np.float32)
-    bp = np.zeros((blocks, L), np.float32)
+    wt = aligned_zeros((blocks, len(cols.runs), ntaps, L))
+    bp = aligned_zeros((blocks, L))
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, band * geo.ow * L)
     clamp = clamp_bounds(epi)
     bounds = np.array([*(clamp or (0.0, 0.0)), 1.0 if clamp else 0.0], np.float32)

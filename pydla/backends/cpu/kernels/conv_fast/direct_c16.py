@@ -43,6 +43,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, tap_sum, zero_bytes
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import Fixed
+from pydla.backends.cpu.workspace import aligned_zeros
 
 MAX_K = 160  # c·kh·kw up to this: stems (3×3×3 = 27, 7×7×3 = 147) and thin layers
 MAX_PIXELS = 4  # or output planes this small, whatever K
@@ -186,8 +187,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     offs = np.array([((ci * rows_in + i * geo.dh) * cols + j * geo.dw) * 4
                      for ci in range(geo.c) for i in range(geo.kh) for j in range(geo.kw)],
                     np.int64)
-    wp = np.zeros((groups, k, g * L), np.float32)
-    bp = np.zeros((groups, g * L), np.float32)
+    wp = aligned_zeros((groups, k, g * L))
+    bp = aligned_zeros((groups, g * L))
     local = not epi.full and not epi.vec
     blocked = geo.y_blocked
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,

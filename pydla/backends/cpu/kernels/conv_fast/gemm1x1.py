@@ -48,6 +48,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import add_scalar, copy_bytes
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import chain, kernel_call
+from pydla.backends.cpu.workspace import aligned_zeros
 
 PACKED_B_FLOATS = 1 << 18  # one thread's packed block of X (1 MiB)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of Y (256 KiB), when staged
@@ -182,7 +183,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     m, c, p = geo.m, geo.c, geo.pixels
     staged = epi.steps > 0 or m % MR != 0  # as in the kernel
     rows, cols = blocks(m, p, c, geo.n, nthreads, staged)
-    ap = np.zeros(packed_a_size(m, c), np.float32)
+    ap = aligned_zeros(packed_a_size(m, c))
     work = [workspace.scratch(shape) for shape in (
         (nthreads, _up(cols, NR) * c),  # bp: packed strips of X
         (nthreads, MR * NR),  # edge

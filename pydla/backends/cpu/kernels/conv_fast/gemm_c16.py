@@ -60,6 +60,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, pass_cost, zero_bytes
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import Fixed, chain, kernel_call
+from pydla.backends.cpu.workspace import aligned_zeros
 
 PIXELS = 144  # pixels per task: its rows of X (144 × K floats) stay in L2 across strips
 
@@ -86,7 +87,7 @@ def _ragged(x: np.ndarray, at: int, k: int, p: int, blocked: bool, tail: int, mr
                 flat[kk * mr + r] = x[at + kk * p + r] if r < tail else 0
 
 
-@njit
+@njit(inline="always")
 def _panel(mr: int, blocked: bool, one: bool, a: int, a_blk: int, a_lane: int, b: int,
            kc: int, out: int, c_half: int, bias: int, more: int, pf: int, fin: int, y: int,
            y_half: int, res: int, lohi: int) -> None:
@@ -207,15 +208,19 @@ def gemm_c16(t: int, x: np.ndarray, n: int, p: int, c: int, x_blocked: bool, bp:
             more = 1 if k0 else 0  # the first slice stores, with the bias
             fin = fused if k0 + kc == c else 0
             one = mb % 2 == 1 and s == strips - 1
-            for pi in range(panels):
-                step = pi * mr * (L if x_blocked else 1) * 4
-                _panel(mr, x_blocked, one, xa + (k0 // L) * a_blk + step, a_blk, a_lane, b, kc,
+            # One call site (the micro-kernel is inlined there): the whole panels, then a
+            # ragged one from its zero-padded copy, into the stage.
+            for pi in range(panels + (1 if tail else 0)):
+                if pi < panels:
+                    step = pi * mr * (L if x_blocked else 1) * 4
+                    a, blk_bytes, lane_bytes = xa + (k0 // L) * a_blk + step, a_blk, a_lane
+                    f, out = fin, ya + pi * mr * L * 4
+                else:
+                    a, blk_bytes, lane_bytes = ra + (k0 // L) * r_blk, r_blk, mr * 4
+                    f, out = 0, 0
+                _panel(mr, x_blocked, one, a, blk_bytes, lane_bytes, b, kc,
                        sa + pi * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf,
-                       fin, ya + pi * mr * L * 4, p * L * 4, res, la)
-            if tail:
-                _panel(mr, x_blocked, one, ra + (k0 // L) * r_blk, r_blk, mr * 4, b, kc,
-                       sa + panels * mr * L * 4, pb * L * 4, ba + s * NR * 4, more, pf,
-                       0, 0, 0, 0, 0)
+                       f, out, p * L * 4, res, la)
         # What is left in the stage: every row, or (fused) the ragged panel's.
         r0 = panels * mr if fused else 0
         if r0 == rows:
@@ -292,14 +297,14 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     p = geo.pixels
     mr = rows_for(p)
     pb = split(geo.n, p, strips, nthreads, mr)
-    bp = np.zeros((strips, k, NR), np.float32)
-    bias = np.zeros(strips * NR, np.float32)
+    bp = aligned_zeros((strips, k, NR))
+    bias = aligned_zeros(strips * NR)
     work = [workspace.scratch(shape) for shape in (
         (nthreads, k * MR),  # rag
         (nthreads, 2, pb, L),  # stage
         (nthreads, pb * L))]  # acc
     strided = geo.sh != 1 or geo.sw != 1
-    xs = np.zeros(geo.n * k * p if strided else 0, np.float32)
+    xs = aligned_zeros(geo.n * k * p if strided else 0)
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads,
                         pb * (L if local or geo.y_blocked else 1))

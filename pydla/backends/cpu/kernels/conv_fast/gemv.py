@@ -43,6 +43,7 @@ from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE
 from pydla.backends.cpu.kernels.fast_matmul import GEMV_PARALLEL_MIN
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.workspace import aligned_zeros
 
 MAX_PIXELS = 4
 
@@ -124,8 +125,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     local = not epi.full and not epi.vec
     args = EpilogueArgs(epi, spec.outputs[0].shape, threads_used,
                         m * geo.pixels if local else geo.pixels)
-    wp = np.zeros((m, geo.c), np.float32)
-    bp = np.zeros(m, np.float32)
+    wp = aligned_zeros((m, geo.c))
+    bp = aligned_zeros(m)
     zeros = np.zeros(geo.m, np.float32)
     zeros.flags.writeable = False  # a constant bias
     code, prm, vecs = epi.code, epi.prm, args.vecs

@@ -47,6 +47,7 @@ from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
 from pydla.backends.cpu.kernels.conv_fast.simd import add_scalar
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import chain, kernel_call
+from pydla.backends.cpu.workspace import aligned_zeros
 
 COLUMN_BYTES = 1 << 19  # the columns one chunk of strips reads (kept within L2)
 STAGED_FLOATS = 1 << 16  # one thread's staged block of the product (256 KiB)
@@ -179,8 +180,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     # NR floats of slack: the last strip reads its columns up to a whole strip.
     count = geo.n * geo.c * phases * size
     # The phase planes' borders are zeroed once, here, and never written: not scratch.
-    planes = np.zeros(count + NR, np.float32)[:count].reshape(geo.n, geo.c, phases, size)
-    ap = np.zeros(geo.group * packed_a_size(mg, k), np.float32)
+    planes = aligned_zeros(count + NR)[:count].reshape(geo.n, geo.c, phases, size)
+    ap = aligned_zeros(geo.group * packed_a_size(mg, k))
     msub = min(mblock, max(MR, STAGED_FLOATS // (chunk * NR) // MR * MR))
     work = [workspace.scratch(shape) for shape in (
         (nthreads, MR * NR),  # edge

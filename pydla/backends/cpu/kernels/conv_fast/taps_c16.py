@@ -65,6 +65,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm import (
 from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import Fixed
+from pydla.backends.cpu.workspace import aligned_zeros
 
 PIXELS = 192  # output pixels per band (a K slice of their windows stays in L2)
 STAGE_BYTES = 768 * 1024  # a band's staged input (all channel blocks), kept in L2
@@ -259,8 +260,8 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     mr, across = panels(geo)
     rstride = cols if across else -(-geo.ow // mr) * mr
     pad = -(-band * rstride // mr) * mr
-    bp = np.zeros((strips, k, NR), np.float32)
-    bias = np.zeros(strips * NR, np.float32)
+    bp = aligned_zeros((strips, k, NR))
+    bias = aligned_zeros(strips * NR)
     # A spare row per block: the last panel of a stride-1 band reads up to mr - 1
     # pixels past its end.
     work = [workspace.scratch(shape) for shape in (

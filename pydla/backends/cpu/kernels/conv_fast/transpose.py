@@ -38,6 +38,7 @@ from pydla.backends.cpu.kernels.conv_fast.gemm1x1 import pack_weights
 from pydla.backends.cpu.kernels.conv_fast.geometry import FLOAT_TYPES, own_inputs
 from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
 from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.workspace import aligned_zeros
 from pydla.errors import KernelError
 
 
@@ -142,7 +143,7 @@ def bind_gemm_scatter(spec: LayerSpec) -> RunFn:
     band = max(1, min(STAGED_FLOATS // (mz * geo.w), -(-geo.n * geo.h // (2 * nthreads))))
     band = min(band, geo.h)
     cols = band * geo.w
-    ap = np.zeros(packed_a_size(mz, geo.c), np.float32)
+    ap = aligned_zeros(packed_a_size(mz, geo.c))
     ow = geo.w * geo.kw
     work = [workspace.scratch(shape) for shape in (
         (nthreads, -(-cols // NR) * NR * geo.c),  # bp

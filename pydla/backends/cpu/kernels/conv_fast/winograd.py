@@ -59,6 +59,7 @@ from pydla.backends.cpu.kernels.conv_fast.geometry import Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, linear_map, transpose16, zero_bytes
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import Fixed
+from pydla.backends.cpu.workspace import aligned_zeros
 
 # Tiles per chunk: enough rows for efficient GEMMs, few enough for the chunk to stay in L2.
 CHUNK_TILES = 96
@@ -420,7 +421,7 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
         split = groups(geo.n, th, tw, geo.m, nthreads)
         # Splitting by channels: each image one chunk (the tiles fit one).
         rows = th if split > 1 else chunk_rows(th, tw, geo.n, nthreads)
-        up = np.zeros((s, packed_b_size(geo.c, geo.m)), np.float32)
+        up = aligned_zeros((s, packed_b_size(geo.c, geo.m)))
         cv, mv = vectors(geo.c), -(-geo.m // NR) * NR
         work = [workspace.scratch(shape) for shape in (
             (nthreads, m * rows + 2, m * tw + 2, cv),  # band
@@ -435,7 +436,7 @@ def _maker(m: int):  # type: ignore[no-untyped-def]
                             m * rows * geo.ow * (LANES if blocked else 1))
         zeros = np.zeros(geo.m, np.float32)
         zeros.flags.writeable = False  # a constant bias
-        padded = np.zeros(mb * LANES, np.float32)  # a blocked output's bias, whole blocks
+        padded = aligned_zeros(mb * LANES)  # a blocked output's bias, whole blocks
         filters = Derived(lambda w: filter_transform(w, gmat, up))
 
         def prepare(inputs: Sequence[np.ndarray | None],
