@@ -50,11 +50,11 @@ def test_fixed_flags_compile_the_task_not_the_loop_again() -> None:
     x, out, grid = _arrays(6, 2)
     fork.fork_call(_share, 2, 2, x, np.float32(1), Fixed(True), out, grid)()
     np.testing.assert_array_equal(out, -x)
-    entries = len(fork._fork.overloads)
+    entries = len(fork._prepare.overloads)
     tasks = len(_share.overloads)
     fork.fork_call(_share, 2, 2, x, np.float32(1), Fixed(False), out, grid)()
     np.testing.assert_array_equal(out, x)
-    assert len(fork._fork.overloads) == entries
+    assert len(fork._prepare.overloads) == entries
     assert len(_share.overloads) == tasks + 1
 
 
@@ -66,6 +66,21 @@ def test_bound_call_reads_the_arrays_it_was_given() -> None:
     x += 1
     call()
     np.testing.assert_array_equal(out, x)
+
+
+def test_bound_call_keeps_its_arrays_alive() -> None:
+    """The arguments are stored once, borrowed: the call keeps the arrays alive after the
+    caller dropped its own references."""
+    import gc
+
+    x, out, grid = _arrays(5, 2)
+    call = fork.fork_call(_share, 2, 2, x.copy(), np.float32(3), False, out, grid)
+    del grid
+    gc.collect()
+    junk = [np.full((5, 5), 7.0, np.float32) for _ in range(50)]  # reuse freed memory
+    call()
+    np.testing.assert_array_equal(out, x * np.float32(3))
+    assert len(junk) == 50
 
 
 @njit(cache=True)
