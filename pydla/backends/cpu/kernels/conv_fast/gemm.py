@@ -213,7 +213,12 @@ def _micro_pass(builder: ir.IRBuilder, a_rows: list[ir.Value], r0: int,
                     value = builder.fadd(value, biases[j])
                 builder.store(value, ptr, align=4)
 
-    # One branch per pass, not one per vector (_final_store).
+    _per_pass(builder, add, stores)
+
+
+def _per_pass(builder: ir.IRBuilder, add: ir.Value, stores: Callable[[bool], None]) -> None:
+    """``stores(True)`` where the call accumulates into C, else ``stores(False)``: one
+    branch per pass, the stores themselves straight-line code (_final_store)."""
     with builder.if_else(add) as (then, otherwise):
         with then:
             stores(True)
@@ -302,11 +307,7 @@ def _final_store(builder: ir.IRBuilder, final: Final, accs: list[ir.Value], r0: 
                 builder.store(v, _ptr(builder, builder.select(to_out, out_at, at), 0, _VEC),
                               align=4)
 
-    with builder.if_else(add) as (then, otherwise):
-        with then:
-            stores(True)
-        with otherwise:
-            stores(False)
+    _per_pass(builder, add, stores)
 
 
 def _when(builder: ir.IRBuilder, flags: ir.Value, bit: int, v: ir.Value,
