@@ -2,7 +2,10 @@
 execution.
 
 - *view*: each input of a Concat whose leading dims are all 1 is written straight into its
-  slice of the Concat output; the Concat layer copies nothing (``in_place``).
+  slice of the Concat output; the Concat layer copies nothing (``in_place``). Empty inputs
+  (a zero dimension, as exporters emit for a 0-channel slice) are dropped from the Concat
+  first: they add no bytes, and an empty view has no address of its own for the reader to
+  check against its slice (the 5-D watermark encoder's ``Concat_55``).
 - *reshape*: a Reshape, Flatten, Squeeze or Unsqueeze of an activation is that activation's
   bytes under another shape (row-major, same size); the layer copies nothing (``in_place``).
   Copying cost BERT-tiny 9 µs per reshape, eight per run, where onnxruntime aliases.
@@ -47,6 +50,7 @@ def plan_aliases(graph: Graph) -> dict[int, Alias]:
     for node in graph.nodes:
         if node.op != "Concat" or node.attrs.get("in_place"):
             continue
+        _drop_empty_parts(node)
         out = node.outputs[0]
         axis = int(node.attrs["axis"])
         parts = [v for v in node.inputs if v is not None]
@@ -87,6 +91,13 @@ def plan_aliases(graph: Graph) -> dict[int, Alias]:
         has_children.add(id(x))
         node.attrs = {**node.attrs, "in_place": True}
     return aliases
+
+
+def _drop_empty_parts(node: Node) -> None:
+    """Remove a Concat's zero-size inputs (the result is the same) unless all are empty."""
+    kept = [v for v in node.inputs if v is not None and v.size > 0]
+    if kept and len(kept) != len(node.inputs):
+        node.inputs = kept
 
 
 def _inplace_capable(node: Node) -> bool:

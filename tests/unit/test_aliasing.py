@@ -90,3 +90,30 @@ def test_reader_refuses_a_bad_reshape_alias(mutate, fragment: str) -> None:
     mutate(meta, _reshape_child(meta))
     with pytest.raises(LoadableError, match=fragment):
         read_loadable(resign(data, json.loads(json.dumps(meta))), OPS)
+
+
+def _empty_part_model():
+    """The watermark encoder's shape: a 5-D Conv's output concatenated on channels with an
+    empty slice (channels [0:0] of a 5-D activation), then used by one more Conv."""
+    w = RNG.standard_normal((4, 3, 1, 3, 3)).astype(np.float32)
+    w2 = RNG.standard_normal((2, 4, 1, 1, 1)).astype(np.float32)
+    return make_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[0, 1, 1, 0, 1, 1]),
+         helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Slice", ["r", "zero", "zero", "one"], ["e"], name="empty"),
+         helper.make_node("Concat", ["c", "e"], ["cat"], name="cat", axis=1),
+         helper.make_node("Conv", ["cat", "w2"], ["y"], name="conv2")],
+        {"x": (np.float32, [1, 3, 1, 8, 8])}, ["y"],
+        {"w": w, "w2": w2, "zero": np.array([0], np.int64), "one": np.array([1], np.int64)})
+
+
+def test_5d_concat_with_an_empty_part_is_in_place_and_readable() -> None:
+    model = _empty_part_model()
+    feeds = {"x": RNG.standard_normal((1, 3, 1, 8, 8)).astype(np.float32)}
+    data = build(model, BuildOptions(opt_level=0))
+    cat = next(lay for lay in meta_of(data)["layers"] if lay["op"] == "Concat")
+    assert cat["attrs"].get("in_place") is True
+    assert len(cat["inputs"]) == 1  # the empty part was dropped, not given a stray address
+    read_loadable(data, OPS)
+    LoadedModule(data).run(feeds)  # binding checks every in-place Concat's slices
+    check_against_ort(model, feeds, options=BuildOptions(opt_level=0))
