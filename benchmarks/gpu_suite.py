@@ -78,7 +78,9 @@ def bench_torch(torch: Any, model: Any, x: Any, reps: int) -> dict[str, Any]:
     return out
 
 
-def bench_pydla(torch: Any, onnx_path: str, batch: int, x: Any, reps: int) -> dict[str, Any]:
+def bench_pydla(torch: Any, onnx_path: str, batch: int, x: Any, reps: int,
+                input_name: str = "input", out_shape: tuple[int, ...] | None = None
+                ) -> dict[str, Any]:
     """Build, load through the cuDLA facade on the CUDA backend, and time a task two ways:
     ``submit_task`` (the cuDLA call, host checks included) and the bound module's
     ``enqueue`` underneath it (the same copies and graph launch)."""
@@ -88,7 +90,7 @@ def bench_pydla(torch: Any, onnx_path: str, batch: int, x: Any, reps: int) -> di
     from pydla.engine.device import MODULES
 
     t0 = time.perf_counter()
-    data = build(onnx_path, BuildOptions(shapes={"input": (batch, 3, 224, 224)},
+    data = build(onnx_path, BuildOptions(shapes={input_name: tuple(x.shape)},
                                          autocast=DType.FLOAT16, target="cuda",
                                          autotune=False))
     build_s = time.perf_counter() - t0
@@ -97,7 +99,7 @@ def bench_pydla(torch: Any, onnx_path: str, batch: int, x: Any, reps: int) -> di
     t0 = time.perf_counter()
     module = cudla.module_load_from_memory(dev, data, len(data), 0)
     load_s = time.perf_counter() - t0
-    y = torch.empty((batch, 1000), device="cuda", dtype=torch.float32)
+    y = torch.empty(out_shape or (batch, 1000), device="cuda", dtype=torch.float32)
     task = cudla.Task()
     task.module_handle = module
     task.input_tensor = [cudla.mem_register(dev, x.data_ptr(), x.nbytes, 0)]

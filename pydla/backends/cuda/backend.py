@@ -123,6 +123,9 @@ class CudaProgram:
         recorded = program.target.get("cuda_tactics") if backend.recorded else None
         self.recorded: dict[str, str] = dict(recorded) if isinstance(recorded, dict) else {}
         self._bind_layers()
+        # Weights went up through CuPy on the legacy stream, whose host-to-device copies may
+        # still be in flight; the module's stream does not wait for that stream by itself.
+        self.device.synchronize()
         self.bind_seconds = time.perf_counter() - started
         self.instrument: Instrument | None = None
         self.profiled: GraphExec | None = None
@@ -202,12 +205,19 @@ class CudaProgram:
         self.arena_bytes = size
 
     def _fill_arena(self, size: int) -> None:
-        """Finite random values: candidates are timed on data, never on zeros or NaNs."""
+        """Finite random values: candidates are timed on data, never on zeros or NaNs.
+
+        On the module's own stream, waited for: a device-to-device ``cudaMemcpy`` returns
+        before the copy ends, and the legacy stream it runs on does not order the module's
+        non-blocking stream — a late fill overwrote the first task's input."""
         halves = size // 2
         if halves:
-            noise = cp.random.default_rng(0).standard_normal(halves, dtype=cp.float32)
-            cp.cuda.runtime.memcpy(int(self.arena.ptr), int(noise.astype(cp.float16).data.ptr),
-                                   halves * 2, cp.cuda.runtime.memcpyDeviceToDevice)
+            with self.stream:
+                noise = cp.random.default_rng(0).standard_normal(halves, dtype=cp.float32)
+                half = noise.astype(cp.float16)
+            memcpy_async(int(self.arena.ptr), int(half.data.ptr), halves * 2,
+                         int(self.stream.ptr))
+            stream_synchronize(int(self.stream.ptr))
 
     # -- layers ---------------------------------------------------------------------------
     def _edge_copy(self, src: Placement, dst: Placement, where: str) -> Launch:
