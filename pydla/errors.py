@@ -65,3 +65,8 @@ class KernelError(PydlaError):
         self.op = op
         self.reason = reason
         super().__init__(f"layer {layer!r} ({op}): {reason}")
+
+
+class RequestError(PydlaError):
+    """A batch or serving request does not fit the module (pydla.ray): names the tensor,
+    shape, dtype or field that is wrong."""
