@@ -10,6 +10,7 @@ refused with a clear error.
 
 from __future__ import annotations
 
+import numpy as np
 from onnx import TensorProto
 
 from pydla.dtypes import DType
@@ -27,6 +28,23 @@ def _type_name(code: int) -> str:
     return TensorProto.DataType.Name(code)
 
 
+def _name(v: Value) -> str:
+    return repr(v.name)
+
+
+def _check_scale(ctx: ImportContext, scale: Value) -> None:
+    """A constant scale must be positive and finite: zero divides by zero, a negative one
+    flips the order of values, and neither is a quantization."""
+    if scale.const is None:
+        return
+    s = scale.const.astype(np.float64)
+    bad = ~(np.isfinite(s) & (s > 0))
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ctx.error(f"scale {_name(scale)} has the non-positive or non-finite value "
+                        f"{float(s[at])} at index {at}")
+
+
 def _granularity(ctx: ImportContext, node: OnnxNode, x: Value, scale: Value,
                  zero_point: Value | None) -> dict[str, int]:
     """``axis`` and ``block_size`` after checking the scale's shape against the input's."""
@@ -34,13 +52,18 @@ def _granularity(ctx: ImportContext, node: OnnxNode, x: Value, scale: Value,
     rank = len(x.shape)
     block = int(attrs.get("block_size", 0))
     axis = int(attrs.get("axis", 1))
-    if zero_point is not None and zero_point.shape != scale.shape:
-        raise ctx.error(f"zero point shape {zero_point.shape} differs from scale shape "
-                        f"{scale.shape}")
-    if scale.size == 1:
+    _check_scale(ctx, scale)
+    # A scalar and a one-element tensor are the same per-tensor parameter (real models
+    # pair a scalar zero point with a [1] scale): only element counts must agree then.
+    per_tensor = scale.size == 1
+    if zero_point is not None and zero_point.shape != scale.shape and not (
+            per_tensor and zero_point.size == 1):
+        raise ctx.error(f"zero point {_name(zero_point)} shape {zero_point.shape} differs "
+                        f"from scale {_name(scale)} shape {scale.shape}")
+    if per_tensor:
         return {"axis": 0, "block_size": 0}
     if not -rank <= axis < rank:
-        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+        raise ctx.error(f"axis {axis} is out of range for input {_name(x)} of rank {rank}")
     axis %= rank
     if block > 0:
         want = tuple(-(-d // block) if i == axis else d for i, d in enumerate(x.shape))
@@ -49,8 +72,8 @@ def _granularity(ctx: ImportContext, node: OnnxNode, x: Value, scale: Value,
                             f"{x.shape} with block_size {block} on axis {axis}")
         return {"axis": axis, "block_size": block}
     if scale.shape != (x.shape[axis],):
-        raise ctx.error(f"per-axis scale shape {scale.shape} does not match input dimension "
-                        f"{x.shape[axis]} on axis {axis}")
+        raise ctx.error(f"per-axis scale {_name(scale)} shape {scale.shape} does not match "
+                        f"input {_name(x)} dimension {x.shape[axis]} on axis {axis}")
     return {"axis": axis, "block_size": 0}
 
 
@@ -82,8 +105,8 @@ def import_quantize(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     if zero_point is not None:
         out = zero_point.dtype
         if out_code and out_code != int(out):
-            raise ctx.error(f"output_dtype {_type_name(out_code)} differs from the zero "
-                            f"point's type {out.name}")
+            raise ctx.error(f"output_dtype {_type_name(out_code)} differs from the type "
+                            f"{out.name.lower()} of zero point {_name(zero_point)}")
     elif out_code:
         if out_code not in [int(t) for t in _QUANT_TYPES]:
             raise ctx.error(f"quantization to {_type_name(out_code)} is not supported (only "
@@ -108,8 +131,8 @@ def import_dequantize(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     if x.dtype not in _DEQUANT_INPUTS:
         raise ctx.error(f"dequantization of {x.dtype.name.lower()} is not supported")
     if zero_point is not None and zero_point.dtype is not x.dtype:
-        raise ctx.error(f"zero point type {zero_point.dtype.name.lower()} differs from the "
-                        f"input type {x.dtype.name.lower()}")
+        raise ctx.error(f"zero point {_name(zero_point)} type {zero_point.dtype.name.lower()} "
+                        f"differs from the type {x.dtype.name.lower()} of input {_name(x)}")
     out_code = int(node.attrs.get("output_dtype", 0))
     out = scale.dtype
     if out_code:
