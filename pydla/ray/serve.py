@@ -154,12 +154,14 @@ def deployment(loadable: LoadableSource, *, device: str = "cpu", max_batch_size:
                batch_wait_timeout_s: float = 0.005, num_replicas: int = 1,
                ray_actor_options: Mapping[str, Any] | None = None,
                max_ongoing_requests: int | None = None, num_threads: int | None = None,
-               name: str = "pydla") -> serve.Application:
+               name: str = "pydla", **deployment_options: Any) -> serve.Application:
     """A Serve application for ``serve.run``. ``loadable``: bytes, a path readable on every
     node, or an ObjectRef (``put_loadable``). Each replica reserves ``ray_actor_options``
     (default one CPU; give ``{"num_gpus": 1}`` with ``device="cuda"``) and pins its CPU
     threads to its ``num_cpus``. ``max_ongoing_requests`` (default ``4 * max_batch_size``)
-    bounds the requests a replica holds; more wait in Serve's router."""
+    bounds the requests a replica holds; more wait in Serve's router. Other keywords go
+    to ``serve.deployment`` as they are (``autoscaling_config``, ``health_check_period_s``,
+    ``logging_config={"enable_access_log": False}`` under load, …)."""
     if max_batch_size < 1:
         raise RequestError(f"max_batch_size must be at least 1, not {max_batch_size}")
     if batch_wait_timeout_s < 0:
@@ -167,5 +169,5 @@ def deployment(loadable: LoadableSource, *, device: str = "cpu", max_batch_size:
     options = dict(ray_actor_options or {"num_cpus": 1})
     dep = serve.deployment(
         PydlaServer, name=name, num_replicas=num_replicas, ray_actor_options=options,
-        max_ongoing_requests=max_ongoing_requests or 4 * max_batch_size)
+        max_ongoing_requests=max_ongoing_requests or 4 * max_batch_size, **deployment_options)
     return dep.bind(loadable, device, max_batch_size, batch_wait_timeout_s, num_threads)
