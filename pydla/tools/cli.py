@@ -14,6 +14,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pydla.tools import (
         cmd_bench,
         cmd_build,
+        cmd_check,
         cmd_compare,
         cmd_demo,
         cmd_inspect,
@@ -24,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pydla", description="Compile ONNX models into loadables and run them.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cmd_build, cmd_run, cmd_bench, cmd_compare, cmd_inspect, cmd_report, cmd_demo):
+    for module in (cmd_build, cmd_run, cmd_bench, cmd_compare, cmd_inspect, cmd_report,
+                   cmd_check, cmd_demo):
         module.register(sub)
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,80 @@
+"""``pydla check --dla``: which layers of a model the Jetson DLA can run, and why not.
+
+Every layer is checked against Orin's DLA rules (``pydla.dla.rules``, TensorRT's "DLA
+Supported Layers and Restrictions"); the summary gives the share of layers and FLOPs and
+the number of DLA subgraphs a GPU-fallback build would need. ``--json`` writes the report
+(schema in docs/dla.md). The exit status is 0 whatever the verdicts: the check itself
+succeeded; ``--strict`` exits 1 when a layer cannot run on the DLA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pydla.tools.flags import parse_shapes
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check", help="check a model against a target's layer rules (the Jetson DLA)",
+        description="Check every layer of an ONNX model against the rules of a target: "
+        "--dla (or --target=dla) checks NVIDIA Orin's DLA rules as TensorRT documents them.")
+    p.add_argument("model", nargs="?", help="the ONNX model (or --onnx=)")
+    p.add_argument("--onnx", help="the ONNX model (trtexec's spelling)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--dla", dest="target", action="store_const", const="dla",
+                        help="check against the Jetson Orin DLA's rules")
+    target.add_argument("--target", choices=["dla"], help="the target whose rules to check")
+    precision = p.add_mutually_exclusive_group()
+    precision.add_argument("--fp16", dest="precision", action="store_const", const="fp16",
+                           help="layers in FP16 (the default)")
+    precision.add_argument("--int8", dest="precision", action="store_const", const="int8",
+                           help="layers in INT8")
+    p.add_argument("--shapes", help="input shapes, name:1x3x224x224[,name2:...] (needed for "
+                   "symbolic dims: the DLA has no dynamic shapes)")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT ('-': stdout)")
+    p.add_argument("--verbose", action="store_true", help="list every layer, not only refusals")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any layer cannot run on the target")
+    p.set_defaults(func=run, target=None, precision="fp16")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pydla.dla import check_model
+    from pydla.errors import BuildError
+
+    path = args.onnx or args.model
+    if path is None:
+        raise BuildError("no model: pass MODEL or --onnx=MODEL")
+    if args.target is None:
+        raise BuildError("choose the rules to check: --dla (the Jetson Orin DLA)")
+    shapes, values = parse_shapes(args.shapes)
+    report = check_model(path, precision=args.precision, shapes=shapes, input_values=values)
+    if args.json:
+        text = json.dumps(report.to_json(), indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    if args.json != "-":
+        for line in report_lines(report, path, args.verbose):
+            print(f"[pydla] {line}")
+    return 1 if args.strict and report.supported_layers < len(report.layers) else 0
+
+
+def report_lines(report, path: str, verbose: bool) -> list[str]:  # noqa: ANN001
+    from pydla.dla.rules import RULE_SET
+
+    lines = [f"DLA check of {path} against {RULE_SET}, {report.precision}"]
+    for v in report.layers:
+        if v.supported and not verbose:
+            continue
+        kind = f"{v.op} -> {v.layer_type}" if v.layer_type else v.op
+        where = f"DLA subgraph {v.segment}" if v.supported else "GPU"
+        why = "" if v.supported else f": {v.refusal.reason}"
+        lines.append(f"Layer {v.name} ({kind}): {where}{why}")
+    lines.extend(report.notes)
+    lines.append(report.summary())
+    return lines
