@@ -33,6 +33,7 @@ from pydla.engine import layout
 from pydla.engine import stream as engine_stream
 from pydla.engine.device import DEVICE_COUNT, TASK_STATISTICS, DlaDevice
 from pydla.engine.faults import ClosedError, InvalidDeviceError, InvalidParamError
+from pydla.engine.inputs import check_input
 from pydla.engine.memory import MEMORY
 from pydla.engine.stats import LayerTime, TaskStatistics, decode_task_statistics
 from pydla.engine.task import RawTask, TaskPlan, plan_task
@@ -212,10 +213,8 @@ class Module(_Closable):
         arrays = []
         for x, (tensor, _) in zip(inputs, self._inputs):
             arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
-            if tuple(arr.shape) != tensor.shape:
-                raise InvalidParamError(f"input {tensor.name!r} has shape {tuple(arr.shape)}, "
-                                        f"the module takes {tensor.shape}")
-            arrays.append(arr)
+            arrays.append(check_input(tensor.name, arr, tensor.shape, tensor.dtype,
+                                      InvalidParamError))
         return arrays
 
     def _plan(self, arrays: list[np.ndarray], bufs: _Buffers,

@@ -21,6 +21,7 @@ from onnx.backend.base import Backend, BackendRep
 from pydla.builder import BuildOptions, build
 from pydla.dtypes import DType
 from pydla.engine import LoadedModule
+from pydla.engine.module import IOError_
 from pydla.errors import NotConstantError
 
 # Inputs larger than this are never treated as build-time parameters.
@@ -77,23 +78,24 @@ class PydlaRep(BackendRep):
             return module
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
         if isinstance(inputs, Mapping):
+            if sorted(inputs) != sorted(self.input_names):
+                raise IOError_(f"inputs {sorted(inputs)} given, the model takes "
+                               f"{self.input_names}")
             named = {n: np.asarray(inputs[n]) for n in self.input_names}
-        elif isinstance(inputs, np.ndarray) and len(self.input_names) == 1:
-            named = {self.input_names[0]: inputs}
         else:
+            inputs = list(inputs)
+            if len(inputs) != len(self.input_names):
+                raise IOError_(f"{len(inputs)} inputs given, the model takes "
+                               f"{self.input_names}")
             named = {n: np.asarray(x) for n, x in zip(self.input_names, inputs)}
         module = self.module if self.module is not None else self._specialize(named)
         assert module is not None
         prog = module.program
-        arrays = []
-        for io in prog.inputs:
-            t = prog.tensors[io.tensor]
-            x = named[t.name]
-            if t.dtype is DType.BFLOAT16 and x.dtype != np.uint16:
-                x = x.view(np.uint16)
-            arrays.append(x)
-        outs = module.run(arrays)
+        # LoadedModule.run checks each input's exact shape and dtype (pydla.engine.inputs).
+        outs = module.run([named[prog.tensors[io.tensor].name] for io in prog.inputs])
         return tuple(_public(o, prog.tensors[io.tensor].dtype) for o, io in zip(outs, prog.outputs))
 
 

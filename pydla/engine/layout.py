@@ -50,10 +50,17 @@ def _shape(desc: Any) -> tuple[int, int, int, int]:
 
 def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:
     """A uint8 buffer of ``desc.size_`` bytes holding ``x`` (any array-like or DLPack
-    tensor of the descriptor's n·c·h·w elements) in the descriptor's layout and type;
+    tensor of the descriptor's n·c·h·w shape, see ``formats.nchw``) in the descriptor's
+    layout and type;
     ``out`` (uint8, ``size_`` bytes) is filled instead of a new buffer when given."""
     arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
     dtype = dtype_of(desc)
+    # The array's own shape must map onto the descriptor's (n, c, h, w) as the builder maps
+    # tensors (formats.nchw): an equal element count alone would accept an NHWC image.
+    if formats.nchw(arr.shape) != _shape(desc):
+        raise formats.FormatError(f"tensor {desc.name!r}: expected shape n,c,h,w="
+                                  f"{_shape(desc)} (or a tensor of that layout), given "
+                                  f"{tuple(arr.shape)} {arr.dtype}")
     logical = np.ascontiguousarray(arr, dtype=dtype.np).reshape(_shape(desc))
     if out is None:
         out = np.zeros(_size(desc), np.uint8)

@@ -10,6 +10,7 @@ import numpy as np
 from pydla import formats
 from pydla.backends.base import Backend, LayerHook
 from pydla.dtypes import DType, to_compute, to_storage
+from pydla.engine.inputs import check_input
 from pydla.errors import PydlaError
 from pydla.loadable import IOTensor, Program, read_loadable
 
@@ -73,11 +74,7 @@ class LoadedModule:
         arrays = []
         for io, x in zip(self.program.inputs, inputs):
             t = self._tensor(io)
-            x = np.asarray(x)
-            if tuple(x.shape) != t.shape:
-                raise IOError_(f"input {t.name!r} has shape {tuple(x.shape)}, the module was "
-                               f"built for {t.shape}")
-            arrays.append(x)
+            arrays.append(check_input(t.name, x, t.shape, t.dtype, IOError_))
         # The backend copies (and converts) the inputs into its own buffers and the outputs
         # into fresh arrays: one copy each way.
         outputs = [np.empty_like(a) for a in self._out_arrays]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import mmap
+import os
 
 import numpy as np
 
 from pydla.dtypes import DType, to_compute
+from pydla.engine.inputs import check_input
 from pydla.tools.flags import FlagError
 
 
@@ -35,8 +37,8 @@ def load_inputs(spec: str | None, names: list[str], shapes: list[tuple[int, ...]
             if not sep or name not in names:
                 raise FlagError(f"--loadInputs entry {item!r}: expected name:file with a name "
                                 f"among {names}")
-            dt = dtypes[names.index(name)]
-            given[name] = np.fromfile(path, dtype=dt.np)
+            i = names.index(name)
+            given[name] = _raw_file(name, path, shapes[i], dtypes[i])
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise FlagError(f"--loadInputs names {unknown}; the engine's inputs are {names}")
@@ -44,11 +46,7 @@ def load_inputs(spec: str | None, names: list[str], shapes: list[tuple[int, ...]
     out = []
     for name, shape, dt in zip(names, shapes, dtypes):
         if name in given:
-            x = np.asarray(given[name])
-            if x.size != int(np.prod(shape)):
-                raise FlagError(f"input {name!r}: {x.size} values given, {shape} needs "
-                                f"{int(np.prod(shape))}")
-            out.append(x.reshape(shape))
+            out.append(check_input(name, given[name], shape, dt, FlagError))
         elif dt.is_float:
             x = rng.standard_normal(shape).astype(np.float32)
             out.append(x.astype(dt.np) if dt is not DType.BFLOAT16 else
@@ -58,6 +56,17 @@ def load_inputs(spec: str | None, names: list[str], shapes: list[tuple[int, ...]
         else:
             out.append(rng.integers(0, 8, shape).astype(dt.np))
     return out
+
+
+def _raw_file(name: str, path: str, shape: tuple[int, ...], dt: DType) -> np.ndarray:
+    """A raw little-endian file (trtexec's form) carries no shape: it must hold exactly the
+    tensor's bytes, which are then read in the tensor's own shape and type."""
+    want = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    got = os.path.getsize(path)
+    if got != want:
+        raise FlagError(f"--loadInputs {name}:{path}: {got:,} bytes, input {name!r} "
+                        f"{shape} {dt.name.lower()} takes {want:,}")
+    return np.fromfile(path, dtype=dt.np).reshape(shape)
 
 
 def run(args: argparse.Namespace) -> int:

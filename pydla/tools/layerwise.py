@@ -21,6 +21,7 @@ from onnx import helper
 
 from pydla.dtypes import to_compute
 from pydla.engine import LoadedModule
+from pydla.engine.inputs import check_input
 from pydla.errors import PydlaError
 from pydla.loadable import Program
 
@@ -74,7 +75,8 @@ def capture_layers(module: LoadedModule, inputs: Sequence[np.ndarray]) -> dict[i
             captured[t] = np.array(to_compute(views[t], prog.tensors[t].dtype), copy=True)
 
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
-    in_arrays = [np.asarray(x, t.dtype.np).reshape(t.shape) for x, t in zip(inputs, tensors)]
+    in_arrays = [check_input(t.name, x, t.shape, t.dtype, PydlaError)
+                 for x, t in zip(inputs, tensors)]
     out_arrays = [np.empty(prog.tensors[io.tensor].shape, prog.tensors[io.tensor].dtype.np)
                   for io in prog.outputs]
     bound.execute(in_arrays, out_arrays, hook)

@@ -19,6 +19,7 @@ import numpy as np
 from pydla import formats
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.engine import LoadedModule
+from pydla.engine.inputs import check_input
 from pydla.engine.stats import Recorder
 from pydla.errors import PydlaError
 
@@ -84,7 +85,8 @@ class StagedRunner:
     def set_inputs(self, arrays: Sequence[np.ndarray]) -> None:
         """Lay logical inputs (in the tensors' own types) out in the host buffers."""
         for (io, t, _), x, buf in zip(self._inputs, arrays, self.host_inputs):
-            logical = _cast(np.asarray(x, t.dtype.np).reshape(t.shape), t.dtype, io.dtype)
+            logical = _cast(check_input(t.name, x, t.shape, t.dtype, PydlaError), t.dtype,
+                            io.dtype)
             formats.pack(logical, io.format, out=buf[:io.descriptor.size].view(io.dtype.np))
 
     def outputs(self) -> list[np.ndarray]:
