@@ -22,6 +22,11 @@ from pydla.ir import Value
 
 # Unrolling copies the body this many times at most (a bigger loop is not worth a loadable).
 MAX_UNROLL = 4096
+# ... and at most this many body nodes in all. Past it the build time is what grows, not the
+# model: the passes walk the whole graph, so 501 copies of SLANet's 166-node decoder body
+# (83,166 nodes) did not finish building in 300 s (import 37 s, passes 112 s of a profile
+# cut at 150 s). Refusing early, with the numbers, beats an endless build.
+MAX_UNROLLED_NODES = 6000
 
 
 def _run_body(ctx: ImportContext, body: onnx.GraphProto,
@@ -62,6 +67,22 @@ def _take(ctx: ImportContext, x: Value, axis: int, index: int) -> Value:
     return ctx.emit("Gather", [x, idx], {"axis": axis}, out_types=[(shape, x.dtype)])[0]
 
 
+def _body_size(body: onnx.GraphProto) -> int:
+    """ONNX nodes in one copy of ``body``, nested subgraphs included."""
+    return sum(1 + sum(_body_size(a.g) for a in n.attribute if a.HasField("g"))
+               + sum(_body_size(g) for a in n.attribute for g in a.graphs) for n in body.node)
+
+
+def _check_budget(ctx: ImportContext, iterations: int, size: int, why: str) -> None:
+    """Refuse a Loop once unrolling it would copy more than MAX_UNROLLED_NODES body nodes."""
+    if iterations * size > MAX_UNROLLED_NODES:
+        raise ctx.error(
+            f"unrolling this Loop would copy its {size}-node body at least {iterations} times "
+            f"({why}), more than the {MAX_UNROLLED_NODES:,} nodes a build unrolls; a "
+            "fixed-shape loadable carries no control flow, so a decoder loop this long is "
+            "not supported (run it outside the engine, or export a fixed, shorter loop)")
+
+
 def _flag(ctx: ImportContext, v: Value, what: str) -> bool:
     return bool(ctx.const_value(v, what).reshape(-1)[0])
 
@@ -84,10 +105,15 @@ def import_loop(ctx: ImportContext, node: OnnxNode) -> list[Value]:
         raise ctx.error(f"the body returns {len(body.output)} values, expected at least "
                         f"{1 + n_carried}")
     scans: list[list[Value]] = [[] for _ in range(n_scan)]
+    size = _body_size(body)
+    if go and trips is not None and cond is None:
+        _check_budget(ctx, trips, size, "its trip count")
     it = 0
     while go and (trips is None or it < trips):
         if it >= MAX_UNROLL:
             raise ctx.error(f"Loop runs more than {MAX_UNROLL} iterations; unrolling stops")
+        _check_budget(ctx, it + 1, size, "its condition still true after "
+                      f"{it} iterations" if it else "its first iteration")
         counter = ctx.const(np.array(it, np.int64), DType.INT64, "loop_iteration")
         flag = ctx.const(np.array(go), DType.BOOL, "loop_condition")
         outs = _run_body(ctx, body, [counter, flag] + carried)  # type: ignore[list-item]
