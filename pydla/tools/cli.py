@@ -18,6 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cmd_compare,
         cmd_demo,
         cmd_inspect,
+        cmd_partition,
         cmd_report,
         cmd_run,
     )
@@ -26,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="pydla", description="Compile ONNX models into loadables and run them.")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (cmd_build, cmd_run, cmd_bench, cmd_compare, cmd_inspect, cmd_report,
-                   cmd_check, cmd_demo):
+                   cmd_check, cmd_partition, cmd_demo):
         module.register(sub)
     args = parser.parse_args(argv)
     try:
