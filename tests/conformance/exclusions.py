@@ -17,7 +17,6 @@ R8 = 'If with a runtime condition: a loadable carries no control flow'
 R9 = 'image codecs (ImageDecoder) are out of scope'
 R10 = 'data-dependent output shape: a fixed-shape loadable cannot hold it'
 R11 = 'opset below 7'
-R12 = 'QLinearMatMul/QLinearConv are not implemented yet'
 R13 = 'Loop with a data-dependent trip count'
 R14 = 'text n-gram ops (TfIdfVectorizer) are not supported'
 
@@ -314,15 +313,6 @@ EXCLUSIONS: dict[str, str] = {
     'test_not_2d': R11,
     'test_not_3d': R11,
     'test_not_4d': R11,
-    'test_qlinearconv': R12,
-    'test_qlinearmatmul_2D_int8_float16': R12,
-    'test_qlinearmatmul_2D_int8_float32': R12,
-    'test_qlinearmatmul_2D_uint8_float16': R12,
-    'test_qlinearmatmul_2D_uint8_float32': R12,
-    'test_qlinearmatmul_3D_int8_float16': R12,
-    'test_qlinearmatmul_3D_int8_float32': R12,
-    'test_qlinearmatmul_3D_uint8_float16': R12,
-    'test_qlinearmatmul_3D_uint8_float32': R12,
     'test_range_bfloat16_type_positive_delta_expanded': R13,
     'test_range_float16_type_positive_delta_expanded': R13,
     'test_range_float_type_positive_delta_expanded': R13,

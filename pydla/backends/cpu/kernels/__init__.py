@@ -26,6 +26,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     misc_ops,
     normalization,
     pooling,
+    qlinear_reference,
     quantize,
     recurrent,
     reduce,

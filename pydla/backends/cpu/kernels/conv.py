@@ -1,4 +1,4 @@
-"""CPU kernels of the convolutions: Conv, ConvInteger, ConvTranspose, DeformConv and
+"""CPU kernels of the convolutions: Conv, ConvTranspose, DeformConv and
 CausalConvWithState.
 
 Conv is im2col + one batched GEMM over every group (np.matmul hands each (N, group) slice to
@@ -150,32 +150,6 @@ def _bind_blocked(spec: LayerSpec) -> RunFn:
         planar = np.empty((g.n, g.m, g.oh, g.ow), outputs[0].dtype)
         inner([to_planar(xs, g.c) if g.x_blocked else xs, *inputs[1:]], [planar])
         np.copyto(outputs[0], to_blocked(planar) if g.y_blocked else planar)
-
-    return run
-
-
-@kernel("ConvInteger")
-def bind_conv_integer(spec: LayerSpec) -> RunFn:
-    geo = _Geometry(spec)
-    m = spec.outputs[0].shape[1]
-    nd = len(geo.kernel)
-
-    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-        x, w = inputs[0], inputs[1]
-        assert x is not None and w is not None
-        x_zp = inputs[2] if len(inputs) > 2 else None
-        w_zp = inputs[3] if len(inputs) > 3 else None
-        # float64 GEMM is exact here: |products| < 2^16 summed far below 2^53.
-        xf = x.astype(np.float64)
-        wf = w.astype(np.float64)
-        if x_zp is not None:
-            xf -= float(x_zp.reshape(-1)[0])
-        if w_zp is not None:
-            wf -= w_zp.astype(np.float64).reshape((-1,) + (1,) * (nd + 1)) if w_zp.size == m \
-                else float(w_zp.reshape(-1)[0])
-        y = np.empty(outputs[0].shape, np.float64)
-        _conv_into(geo, xf, wf, y)
-        np.copyto(outputs[0], np.rint(y), casting="unsafe")
 
     return run
 

@@ -1,4 +1,4 @@
-"""CPU kernels of the matrix products: MatMul, Gemm, Einsum, MatMulInteger.
+"""CPU kernels of the matrix products: MatMul, Gemm, Einsum (MatMulInteger runs as QGemm).
 
 Float products go to BLAS through np.matmul, accumulating in the tensor's own type (float32
 stays float32, as onnxruntime's MLAS does).
@@ -48,24 +48,3 @@ def bind_gemm(spec: LayerSpec) -> RunFn:
 def einsum(spec: LayerSpec, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     arrays = [x for x in inputs if x is not None]
     return [np.einsum(str(spec.attrs["equation"]), *arrays, optimize=len(arrays) > 1)]
-
-
-@kernel("MatMulInteger")
-def bind_matmul_integer(spec: LayerSpec) -> RunFn:
-    def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-        a, b = inputs[0], inputs[1]
-        assert a is not None and b is not None
-        a_zp = inputs[2] if len(inputs) > 2 else None
-        b_zp = inputs[3] if len(inputs) > 3 else None
-        # float64 GEMM is exact here: |products| < 2^16 summed far below 2^53.
-        af = a.astype(np.float64)
-        bf = b.astype(np.float64)
-        if a_zp is not None:
-            # Scalar, or one zero point per row of A (shape [..., M]).
-            af -= a_zp.astype(np.float64)[..., None] if a_zp.size > 1 else float(a_zp.flat[0])
-        if b_zp is not None:
-            # Scalar, or one zero point per column of B (shape [..., N]).
-            bf -= b_zp.astype(np.float64) if b_zp.size > 1 else float(b_zp.flat[0])
-        np.copyto(outputs[0], np.rint(np.matmul(af, bf)), casting="unsafe")
-
-    return run

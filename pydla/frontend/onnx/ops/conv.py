@@ -1,4 +1,4 @@
-"""Importers of the convolutions: Conv, ConvInteger, ConvTranspose, DeformConv,
+"""Importers of the convolutions: Conv, ConvTranspose, DeformConv,
 CausalConvWithState.
 
 ``auto_pad`` is resolved here (every shape is fixed), so the canonical ops carry explicit
@@ -70,22 +70,15 @@ def _data_inputs(ctx: ImportContext, node: OnnxNode) -> tuple[Value, Value]:
 @onnx_op("Conv")
 def import_conv(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     x, w = _data_inputs(ctx, node)
-    a = node.attrs_with_defaults()
-    attrs = window_attrs(ctx, a, x.shape[2:], _kernel_shape(ctx, a, w))
-    attrs["group"] = int(a.get("group", 1))
-    return ctx.emit("Conv", [x, w, node.input(2)], attrs)
+    return ctx.emit("Conv", [x, w, node.input(2)], conv_attrs(ctx, node, x, w))
 
 
-@onnx_op("ConvInteger", since=10)
-def import_conv_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
-    x, w = _data_inputs(ctx, node)
-    x_zp = node.input(2)
-    if x_zp is not None and x_zp.size != 1:
-        raise ctx.error("x_zero_point must be a scalar (per-tensor quantization)")
+def conv_attrs(ctx: ImportContext, node: OnnxNode, x: Value, w: Value) -> dict[str, Any]:
+    """Canonical window attributes and group of a convolution (Conv, QLinearConv…)."""
     a = node.attrs_with_defaults()
-    attrs = window_attrs(ctx, a, x.shape[2:], _kernel_shape(ctx, a, w))
+    attrs: dict[str, Any] = window_attrs(ctx, a, x.shape[2:], _kernel_shape(ctx, a, w))
     attrs["group"] = int(a.get("group", 1))
-    return ctx.emit("ConvInteger", [x, w, x_zp, node.input(3)], attrs)
+    return attrs
 
 
 @onnx_op("ConvTranspose")

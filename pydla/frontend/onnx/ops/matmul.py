@@ -1,4 +1,4 @@
-"""Importers of the matrix products: MatMul, Gemm, Einsum, MatMulInteger."""
+"""Importers of the matrix products: MatMul, Gemm, Einsum (MatMulInteger: quantize.py)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,6 @@ def _operands(ctx: ImportContext, node: OnnxNode) -> tuple[Value, Value]:
 @onnx_op("MatMul")
 def import_matmul(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     return ctx.emit("MatMul", list(_operands(ctx, node)))
-
-
-@onnx_op("MatMulInteger", since=10)
-def import_matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
-    a, b = _operands(ctx, node)
-    return ctx.emit("MatMulInteger", [a, b, node.input(2), node.input(3)])
 
 
 @onnx_op("Gemm")

@@ -152,3 +152,98 @@ def import_dynamic_quantize(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     assert x is not None
     return ctx.emit("DynamicQuantizeLinear", [x], {},
                     out_types=[(x.shape, DType.UINT8), ((), DType.FLOAT32), ((), DType.UINT8)])
+
+
+def _check_operand(ctx: ImportContext, v: Value, zero_point: Value | None,
+                   allowed: tuple[DType, ...] = (DType.INT8, DType.UINT8)) -> None:
+    if v.dtype not in allowed:
+        raise ctx.error(f"input {_name(v)} is {v.dtype.name.lower()}; expected one of "
+                        f"{', '.join(t.name.lower() for t in allowed)}")
+    if zero_point is not None and zero_point.dtype is not v.dtype:
+        raise ctx.error(f"zero point {_name(zero_point)} type {zero_point.dtype.name.lower()} "
+                        f"differs from the type {v.dtype.name.lower()} of input {_name(v)}")
+
+
+def _check_per_channel(ctx: ImportContext, v: Value | None, channels: int) -> None:
+    if v is not None and v.size not in (1, channels):
+        raise ctx.error(f"{_name(v)} has {v.size} elements; expected 1 or {channels} (one per "
+                        "output channel)")
+
+
+def _quantized_operands(ctx: ImportContext, node: OnnxNode, channels: int) -> list[Value | None]:
+    """QLinearConv/QLinearMatMul's eight inputs, checked (the layout of QUANTIZED_INPUTS)."""
+    ins = [node.input(i) for i in range(8)]
+    names = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
+             "y_zero_point")
+    for i in (0, 1, 3, 4, 6):
+        if ins[i] is None:
+            raise ctx.error(f"input {names[i]} is required")
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = ins
+    assert x is not None and w is not None and x_scale is not None and w_scale is not None
+    assert y_scale is not None
+    _check_operand(ctx, x, x_zp)
+    _check_operand(ctx, w, w_zp)
+    for s in (x_scale, w_scale, y_scale):
+        _check_scale(ctx, s)
+    for v in (x_scale, x_zp, y_scale, y_zp):
+        if v is not None and v.size != 1:
+            raise ctx.error(f"{_name(v)} must have one element (per-tensor quantization)")
+    _check_per_channel(ctx, w_scale, channels)
+    _check_per_channel(ctx, w_zp, channels)
+    return ins
+
+
+@onnx_op("QLinearConv", since=10)
+def import_qlinear_conv(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    from pydla.frontend.onnx.ops.conv import conv_attrs
+
+    x, w = node.input(0), node.input(3)
+    if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ctx.error("x and w must be N-D images of the same rank")
+    ins = _quantized_operands(ctx, node, w.shape[0])
+    bias = node.input(8)
+    if bias is not None and (bias.dtype is not DType.INT32 or bias.size != w.shape[0]):
+        raise ctx.error(f"bias {_name(bias)} must be int32 with one value per output channel "
+                        f"({w.shape[0]}), not {bias.dtype.name.lower()} {bias.shape}")
+    return ctx.emit("QConv", [*ins, bias], conv_attrs(ctx, node, x, w))
+
+
+@onnx_op("QLinearMatMul", since=10)
+def import_qlinear_matmul(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    a, b = node.input(0), node.input(3)
+    if a is None or b is None or len(a.shape) < 2 or len(b.shape) < 2:
+        raise ctx.error("a and b must have rank 2 or more")
+    ins = _quantized_operands(ctx, node, b.shape[-1])
+    return ctx.emit("QGemm", [*ins, None])
+
+
+@onnx_op("ConvInteger", since=10)
+def import_conv_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    """The raw int32 accumulator of QConv (no scales)."""
+    from pydla.frontend.onnx.ops.conv import conv_attrs
+
+    x, w, x_zp, w_zp = (node.input(i) for i in range(4))
+    if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
+        raise ctx.error("x and w must be N-D images of the same rank")
+    _check_operand(ctx, x, x_zp)
+    _check_operand(ctx, w, w_zp)
+    if x_zp is not None and x_zp.size != 1:
+        raise ctx.error(f"x_zero_point {_name(x_zp)} must be a scalar (per-tensor quantization)")
+    _check_per_channel(ctx, w_zp, w.shape[0])
+    return ctx.emit("QConv", [x, None, x_zp, w, None, w_zp, None, None, None],
+                    conv_attrs(ctx, node, x, w))
+
+
+@onnx_op("MatMulInteger", since=10)
+def import_matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    """The raw int32 accumulator of QGemm (no scales); a_zero_point per tensor or per row."""
+    a, b, a_zp, b_zp = (node.input(i) for i in range(4))
+    if a is None or b is None or len(a.shape) < 2 or len(b.shape) < 2:
+        raise ctx.error("A and B must have rank 2 or more (a vector operand is not supported)")
+    _check_operand(ctx, a, a_zp)
+    _check_operand(ctx, b, b_zp)
+    if a_zp is not None and a_zp.size not in (1, a.shape[-2]):
+        raise ctx.error(f"a_zero_point {_name(a_zp)} has {a_zp.size} elements; expected 1 or "
+                        f"{a.shape[-2]} (one per row)")
+    _check_per_channel(ctx, b_zp, b.shape[-1])
+    return ctx.emit("QGemm", [a, None, a_zp, b, None, b_zp, None, None, None])
