@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pydla.backends.cpu.kernels.int8 import generic
+from pydla.backends.cpu.kernels.int8 import generic, pack
+from pydla.backends.cpu.kernels.int8.dot import PATHS
+from pydla.backends.cpu.kernels.int8.epilogue import FLOAT, INT32, QUANT
 from pydla.backends.cpu.kernels.int8.isa import isa
 from pydla.errors import KernelError
 
@@ -58,7 +60,12 @@ def pack_weights(w: np.ndarray, group: int = 1, name: str = "int8") -> PackedWei
     kernel = (int(w.shape[2]), int(w.shape[3])) if w.ndim == 4 else (1, 1)
     col_sums = flat.astype(np.int32).sum(axis=1, dtype=np.int32)
     path = isa()
-    data = generic.pack(flat, group)
+    if path == "generic":
+        data = generic.pack(flat, group)
+    elif w.ndim == 4:
+        data = pack.conv_weights(w, group, PATHS[path])
+    else:
+        data = pack.gemm_weights(flat, PATHS[path])
     return PackedWeights(data, n, int(flat.shape[1]), group, col_sums, kernel, path, flat)
 
 
@@ -116,7 +123,13 @@ def bind_qgemm(a: np.ndarray, w: PackedWeights, rq: Requant, out: np.ndarray,
                           f"give the output {out.shape}")
     _check_requant(rq, w.n, out, name, op)
     _check_residual(residual, out, name, op)
-    return lambda: generic.gemm(a, w.original, rq, out, residual)
+    if w.path == "generic" or w.kernel != (1, 1) or w.data.ndim != 3:
+        return lambda: generic.gemm(a, w.original, rq, out, residual)
+    from pydla.backends.cpu.kernels.int8 import gemm  # noqa: PLC0415  (compiles its tasks)
+
+    flip, corr = _zero_point(a, rq, w)
+    return gemm.bind(a, w.data, w.path, flip, corr, rq.scale, out, _mode(out), _q(rq),
+                     residual, (rq.residual_zero_point, rq.residual_scale))
 
 
 def conv_out_size(size: int, k: int, stride: int, dilation: int, before: int, after: int) -> int:
@@ -144,8 +157,34 @@ def bind_qconv2d(x: np.ndarray, w: PackedWeights, rq: Requant, strides: Sequence
                           f"the output {out.shape}")
     _check_requant(rq, w.n, out, name, op)
     _check_residual(residual, out, name, op)
-    geometry = (tuple(strides), tuple(pads), tuple(dilations))
-    return lambda: generic.conv2d(x, w.original, w.group, w.kernel, rq, geometry, out, residual)
+    if w.path == "generic" or w.original.ndim != 2 or w.data.ndim != 3 or \
+            w.data.shape[0] != w.group:
+        geometry = (tuple(strides), tuple(pads), tuple(dilations))
+        return lambda: generic.conv2d(x, w.original, w.group, w.kernel, rq, geometry, out,
+                                      residual)
+    from pydla.backends.cpu.kernels.int8 import conv  # noqa: PLC0415  (compiles its tasks)
+
+    flip, corr = _zero_point(x, rq, w)
+    return conv.bind(x, w.data, w.path, w.group, w.n, x.shape[1] // w.group, w.kernel,
+                     strides, pads, dilations, flip, rq.a_zero_point + flip, corr, rq.scale,
+                     out, _mode(out), _q(rq), residual,
+                     (rq.residual_zero_point, rq.residual_scale))
+
+
+def _zero_point(a: np.ndarray, rq: Requant, w: PackedWeights) -> tuple[int, np.ndarray]:
+    """(the xor that makes the activations uint8, bias - zp·col_sums in int32)."""
+    flip = 0x80 if a.dtype == np.int8 else 0
+    zp = rq.a_zero_point + (128 if flip else 0)
+    corr = rq.bias.astype(np.int64) - zp * w.col_sums.astype(np.int64)
+    return flip, corr.astype(np.int32)
+
+
+def _mode(out: np.ndarray) -> int:
+    return INT32 if out.dtype == np.int32 else FLOAT if out.dtype == np.float32 else QUANT
+
+
+def _q(rq: Requant) -> tuple[float, float, float]:
+    return float(rq.y_zero_point), float(rq.lo), float(rq.hi)
 
 
 def qgemm(a: np.ndarray, w: PackedWeights, rq: Requant, out: np.ndarray,
