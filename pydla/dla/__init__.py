@@ -47,7 +47,18 @@ def dla_graph(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
 def check_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                 precision: str = "fp16",
                 shapes: Mapping[str, Sequence[int]] | None = None,
-                input_values: Mapping[str, np.ndarray] | None = None) -> DlaReport:
+                input_values: Mapping[str, np.ndarray] | None = None,
+                adjust: bool = False) -> DlaReport:
     """Check every layer of ``model`` against Orin's DLA rules at ``precision``
-    ("fp16" or "int8"; anything else is refused layer by layer, as the DLA would)."""
-    return check_graph(dla_graph(model, shapes, input_values), precision)
+    ("fp16" or "int8"; anything else is refused layer by layer, as the DLA would);
+    ``adjust``: check the model as ``--adjust`` rewrites it (the rewrites are the report's
+    first notes)."""
+    rewrites: list[str] = []
+    if adjust:
+        from pydla.builder import load_model
+        from pydla.dla.adjust import adjust_for_dla
+
+        model, rewrites = adjust_for_dla(load_model(model))
+    report = check_graph(dla_graph(model, shapes, input_values), precision)
+    report.notes[:0] = [f"adjusted: {line}" for line in rewrites]
+    return report

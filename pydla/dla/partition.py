@@ -199,13 +199,20 @@ def named_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 def partition_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                     out_dir: str | os.PathLike[str], precision: str = "fp16",
                     shapes: Mapping[str, Sequence[int]] | None = None,
-                    input_values: Mapping[str, np.ndarray] | None = None
-                    ) -> tuple[dict[str, Any], DlaReport]:
-    """Check ``model`` for the DLA and write its parts and manifest into ``out_dir``."""
+                    input_values: Mapping[str, np.ndarray] | None = None,
+                    adjust: bool = False) -> tuple[dict[str, Any], DlaReport]:
+    """Check ``model`` for the DLA and write its parts and manifest into ``out_dir``
+    (``adjust``: of the model as ``--adjust`` rewrites it)."""
     from pydla.builder import load_model
     from pydla.dla import check_model
+    from pydla.dla.adjust import adjust_for_dla
 
-    named = named_copy(load_model(model))
+    proto = load_model(model)
+    rewrites: list[str] = []
+    if adjust:
+        proto, rewrites = adjust_for_dla(proto)
+    named = named_copy(proto)
     report = check_model(named, precision, shapes, input_values)
+    report.notes[:0] = [f"adjusted: {line}" for line in rewrites]
     parts = plan_parts(named, node_devices(named, report))
     return write_parts(named, parts, out_dir, shapes), report

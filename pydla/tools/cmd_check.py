@@ -31,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="layers in FP16 (the default)")
     precision.add_argument("--int8", dest="precision", action="store_const", const="int8",
                            help="layers in INT8")
+    p.add_argument("--adjust", "--adjustForDLA", dest="adjust", action="store_true",
+                   help="first rewrite layers the DLA refuses into ones it runs, with the "
+                   "same results (HardSwish, HardSigmoid, ReduceMean over H and W; "
+                   "docs/dla.md); --verbose lists each rewrite")
     p.add_argument("--shapes", help="input shapes, name:1x3x224x224[,name2:...] (needed for "
                    "symbolic dims: the DLA has no dynamic shapes)")
     p.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT ('-': stdout)")
@@ -50,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target is None:
         raise BuildError("choose the rules to check: --dla (the Jetson Orin DLA)")
     shapes, values = parse_shapes(args.shapes)
-    report = check_model(path, precision=args.precision, shapes=shapes, input_values=values)
+    report = check_model(path, precision=args.precision, shapes=shapes, input_values=values,
+                          adjust=args.adjust)
     if args.json:
         text = json.dumps(report.to_json(), indent=1)
         if args.json == "-":

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="layers in FP16 (the default)")
     precision.add_argument("--int8", dest="precision", action="store_const", const="int8",
                            help="layers in INT8")
+    p.add_argument("--adjust", "--adjustForDLA", dest="adjust", action="store_true",
+                   help="first rewrite layers the DLA refuses into ones it runs, with the "
+                   "same results (HardSwish, HardSigmoid, ReduceMean over H and W; "
+                   "docs/dla.md); --verbose lists each rewrite")
     p.add_argument("--shapes", help="input shapes, name:1x3x224x224[,name2:...]")
     p.add_argument("--output-dir", "--outputDir", dest="output_dir", required=True,
                    help="the folder for the parts and manifest.json")
@@ -40,10 +44,13 @@ def run(args: argparse.Namespace) -> int:
     if path is None:
         raise BuildError("no model: pass MODEL or --onnx=MODEL")
     shapes, values = parse_shapes(args.shapes)
-    manifest, report = partition_model(path, args.output_dir, args.precision, shapes, values)
+    manifest, report = partition_model(path, args.output_dir, args.precision, shapes, values,
+                                       adjust=args.adjust)
     for part in manifest["parts"]:
         print(f"[pydla] {part['file']}: {part['device']}, inputs {', '.join(part['inputs'])}; "
               f"outputs {', '.join(part['outputs'])}")
+    for note in report.notes:
+        print(f"[pydla] {note}")
     print(f"[pydla] {report.summary()}")
     print(f"[pydla] wrote {len(manifest['parts'])} parts and manifest.json to {args.output_dir}")
     return 0

@@ -283,3 +283,10 @@ def test_runtime_slice_bounds_are_refused_at_import():
                     second_input=(1,), second_type=TensorProto.INT64)
     with pytest.raises(NotConstantError, match="build-time constant"):
         check_model(outside.model())
+
+
+def test_docs_list_every_rule():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "dla.md").read_text()
+    assert [r for r in RULES if f"`{r}`" not in text] == []
