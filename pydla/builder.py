@@ -12,6 +12,7 @@ import onnx
 
 from pydla.backends.cpu.registry import REFERENCE
 from pydla.dtypes import DType
+from pydla.engine.memory import MEMORY_SHARE, default_memory_limit
 from pydla.errors import BuildError, ModelImportError, PydlaError
 from pydla.frontend.onnx import import_model
 from pydla.ir import Graph
@@ -20,6 +21,7 @@ from pydla.passes import PassContext, PassManager, default_passes
 from pydla.plan.calibrate import tensor_ranges
 from pydla.plan.layouts import assign_layouts
 from pydla.plan.lower import IOFormat, lower
+from pydla.plan.memory import check_build_memory
 from pydla.plan.precision import autocast
 from pydla.plan.tactics import TimingCache, choose_tactics
 from pydla.tools.layerinfo import layer_info
@@ -58,6 +60,9 @@ class BuildOptions:
     # and is refused by another (docs/cuda.md).
     target: str = "cpu"
     cuda_arch: str | None = None
+    # The most memory the build may use (bytes; --buildMemoryLimit). None: the larger of
+    # MEMORY_SHARE of this machine's memory and --memPoolSize=workspace (docs/builder.md).
+    memory_limit: int | None = None
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
@@ -79,6 +84,10 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     graph = import_model(model, options.shapes, options.input_values)
     graph.remove_dead()
     ctx = ctx or PassContext(verbose=options.verbose, echo=options.log)
+    autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
+    limit, how = build_memory_limit(options)
+    check_build_memory(graph, limit, how, autotune=autotune,
+                       calibration=bool(options.calibration), fold_limit=ctx.fold_limit_bytes)
     manager = PassManager(default_passes(), opt_level=options.opt_level,
                           disabled=options.disabled_passes, verify_each=options.verify_passes)
     if options.opt_level > 0:
@@ -96,8 +105,10 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     if options.target == "cpu" and options.opt_level >= 2 and options.blocked_layouts:
         assign_layouts(graph, ctx)
     # CPU kernels are timed only for the CPU; a cuda target is tuned on the GPU after
-    # lowering (build → _tune_on_gpu).
-    autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
+    # lowering (build → _tune_on_gpu). Passes add constants and layers: check again before
+    # the samples are drawn.
+    check_build_memory(graph, limit, how, autotune=autotune, calibration=False,
+                       fold_limit=0)
     cache = TimingCache.load(options.timing_cache) if autotune else None
     choose_tactics(graph, ctx, autotune=autotune, cache=cache, progress=options.progress)
     if cache is not None:
@@ -135,6 +146,20 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                              f"--memPoolSize=workspace:{limit}B is too small (use at least "
                              f"workspace:{needed}B)")
     return data
+
+
+def build_memory_limit(options: BuildOptions) -> tuple[int, str]:
+    """The build's memory limit in bytes, and how to raise it (for the refusal)."""
+    if options.memory_limit is not None:
+        if options.memory_limit <= 0:
+            raise BuildError(f"the build memory limit must be positive, not "
+                             f"{options.memory_limit}")
+        return options.memory_limit, "--buildMemoryLimit (BuildOptions.memory_limit) sets it"
+    default = default_memory_limit()
+    workspace = options.mem_pools.get("workspace", 0)
+    how = (f"by default {MEMORY_SHARE:.0%} of this machine's memory; --buildMemoryLimit=SIZE "
+           "or --memPoolSize=workspace:SIZE raises it")
+    return max(default, workspace), how
 
 
 def workspace_bytes(program: Program, target: str) -> int:

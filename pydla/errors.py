@@ -44,6 +44,12 @@ class BuildError(PydlaError):
     """The builder cannot satisfy an option (I/O format, memory pool, precision…)."""
 
 
+class ResourceLimitError(PydlaError, MemoryError):
+    """Building or loading would need more memory than its limit allows; names the tensor
+    or arena and the bytes it needs. Refused before allocating; a MemoryError too, so the
+    cuDLA facade reports ``ErrorOutOfResources``."""
+
+
 class LoadableError(PydlaError):
     """A loadable is malformed; ``offset`` is the byte offset in the file where it was found."""
 

@@ -16,15 +16,22 @@ address is an ``InvalidAddressError``, never a segfault. Regions are
 from __future__ import annotations
 
 import bisect
+import math
+import os
+import resource
 import threading
 import weakref
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pydla.engine.faults import InvalidAddressError, InvalidParamError
+from pydla.errors import ResourceLimitError
+
+if TYPE_CHECKING:
+    from pydla.loadable import Program
 
 DEVICE_ALIGNMENT = 64  # cudaMalloc promises at least 256 on GPUs; 64 covers every DLA rule
 DEVICE, HOST, RECORD = "device", "host", "record"
@@ -184,3 +191,86 @@ def _describe(kinds: Collection[str]) -> str:
 
 
 MEMORY = MemoryMap()
+
+
+# -- memory limits --------------------------------------------------------------------
+# Builds and loads refuse, before allocating, anything that needs more than this share of
+# the machine's memory: a model or loadable is untrusted input, and a numpy MemoryError (or
+# the kernel's OOM killer) halfway through is a worse answer than one line naming the
+# tensor. docs/builder.md and docs/cudla.md describe how to raise it.
+MEMORY_SHARE = 0.5
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_load_limit: int | None = None
+
+
+def machine_memory_bytes() -> int:
+    """What this process can hold: the least of physical memory, its cgroup's limit and
+    its address-space limit (``ulimit -v``)."""
+    candidates = []
+    try:
+        candidates.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            candidates.append(int(text))
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        candidates.append(soft)
+    return min(candidates, default=1 << 40)
+
+
+def default_memory_limit() -> int:
+    return int(machine_memory_bytes() * MEMORY_SHARE)
+
+
+def set_load_memory_limit(nbytes: int | None) -> None:
+    """The most memory one module may allocate when it loads (arena and I/O buffers);
+    None restores the default, ``MEMORY_SHARE`` of ``machine_memory_bytes()``."""
+    global _load_limit
+    if nbytes is not None and nbytes <= 0:
+        raise InvalidParamError(f"a memory limit must be positive, not {nbytes}")
+    _load_limit = nbytes
+
+
+def load_memory_limit() -> int:
+    return _load_limit if _load_limit is not None else default_memory_limit()
+
+
+def tensor_bytes(shape: tuple[int, ...], itemsize: int) -> int:
+    """Exact bytes of a tensor, in Python ints (numpy's int64 product wraps around for
+    the shapes a hostile file can declare)."""
+    return math.prod(int(d) for d in shape) * itemsize
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
+
+
+def check_load_memory(what: str, nbytes: int) -> None:
+    """Refuse a load that would allocate ``nbytes`` beyond ``load_memory_limit()``."""
+    limit = load_memory_limit()
+    if nbytes > limit:
+        raise ResourceLimitError(
+            f"{what} needs {format_bytes(nbytes)}, more than the load memory limit of "
+            f"{format_bytes(limit)} (pydla.engine.memory.set_load_memory_limit raises it)")
+
+
+def check_program_memory(program: Program, backend: str) -> None:
+    """Refuse, before binding, a module whose host allocations pass the load limit: the
+    CPU backend's activation arena, and on every backend the I/O staging buffers. (A GPU
+    backend's arena is device memory; its allocator answers for it.)"""
+    io = sum(tensor_bytes(program.tensors[t.tensor].shape, program.tensors[t.tensor].dtype.itemsize)
+             for t in (*program.inputs, *program.outputs))
+    arena = program.arena_bytes if backend == "cpu" else 0
+    check_load_memory(f"the module's activation arena ({arena:,} bytes) and I/O buffers "
+                      f"({io:,} bytes)", arena + io)
+

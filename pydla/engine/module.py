@@ -11,6 +11,7 @@ from pydla import formats
 from pydla.backends.base import Backend, LayerHook
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.engine.inputs import check_input
+from pydla.engine.memory import check_program_memory
 from pydla.errors import PydlaError
 from pydla.loadable import IOTensor, Program, read_loadable
 
@@ -32,6 +33,7 @@ class LoadedModule:
     def __init__(self, data: Any, backend: Backend | None = None) -> None:
         self.backend = backend or default_backend()
         self.program: Program = read_loadable(data, self.backend.supported_ops())
+        check_program_memory(self.program, self.backend.name)
         self.bound = self.backend.bind(self.program)
         self._in_arrays = [np.empty(self._tensor(io).shape, self._tensor(io).dtype.np)
                            for io in self.program.inputs]

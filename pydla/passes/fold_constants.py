@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pydla.backends.cpu.backend import bind_layer
+from pydla.engine.memory import tensor_bytes
 from pydla.ir import Graph, Value
 from pydla.passes.base import Pass, PassContext
 from pydla.passes.rewrite import forward
@@ -23,7 +24,9 @@ class FoldConstants(Pass):
             if (not all(v is None or v.is_const for v in node.inputs)
                     or any(id(v) in outputs for v in node.outputs)):
                 continue
-            size = sum(v.nbytes for v in node.outputs)
+            # Checked before computing, in Python ints (an int64 product of a hostile
+            # shape wraps around to a small number).
+            size = sum(tensor_bytes(v.shape, v.dtype.itemsize) for v in node.outputs)
             if size > ctx.fold_limit_bytes:
                 ctx.note(f"fold_constants: kept {node.name!r}: its {size} bytes exceed the "
                          f"limit {ctx.fold_limit_bytes}")

@@ -13,6 +13,7 @@ from pydla.tools.flags import (
     parse_io_formats,
     parse_layer_precisions,
     parse_shapes,
+    parse_size,
 )
 
 if TYPE_CHECKING:  # the builder imports onnx, which the runtime-only commands never need
@@ -37,6 +38,10 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
                    help="the backend the engine is tuned for (default cpu); cuda records the "
                    "GPU architecture and, on a GPU machine, the kernels timed there "
                    "(docs/cuda.md)")
+    g.add_argument("--buildMemoryLimit", help="the most memory the build may use (e.g. 64GiB; "
+                   "MiB if no unit); default: half of this machine's memory, or "
+                   "--memPoolSize=workspace if larger. A model needing more is refused, naming "
+                   "the tensor")
 
 
 def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = None,
@@ -56,7 +61,9 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
         autocast=DType.from_name(args.autocast) if args.autocast else None,
         layer_precisions=parse_layer_precisions(args.layerPrecisions),
         calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
-        target=getattr(args, "target", "cpu"))
+        target=getattr(args, "target", "cpu"),
+        memory_limit=(parse_size(args.buildMemoryLimit, "--buildMemoryLimit")
+                      if args.buildMemoryLimit else None))
 
 
 def engine_bytes(args: argparse.Namespace, onnx_path: str | None) -> bytes:

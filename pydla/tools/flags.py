@@ -95,14 +95,25 @@ def parse_mem_pools(text: str | None) -> dict[str, int]:
     return pools
 
 
+def parse_size(text: str, flag: str) -> int:
+    """``512MiB``, ``64g``, ``1024`` (MiB, as --memPoolSize) → bytes."""
+    m = re.fullmatch(r"([0-9.]+)\s*([a-zA-Z]*)", text.strip())
+    if not m or m.group(2).lower() not in _UNITS:
+        raise FlagError(f"{flag}={text!r}: expected a number with an optional unit (B, KiB, "
+                        "MiB, GiB; MiB if none)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
 def parse_layer_precisions(text: str | None) -> dict[str, str]:
-    """``conv1:fp32,fc:fp16`` → {layer: precision}."""
+    """``conv1:fp32,fc:fp16`` → {layer: precision}; ``*`` wildcards name many layers;
+    int8 is for --int8."""
     out: dict[str, str] = {}
     for item in (text or "").split(","):
         if not item:
             continue
         name, sep, prec = item.rpartition(":")
-        if not sep or prec not in ("fp32", "fp16", "bf16"):
-            raise FlagError(f"--layerPrecisions entry {item!r}: expected name:fp32|fp16|bf16")
+        if not sep or prec not in ("fp32", "fp16", "bf16", "int8"):
+            raise FlagError(f"--layerPrecisions entry {item!r}: expected "
+                            "name:fp32|fp16|bf16|int8")
         out[name] = prec
     return out
