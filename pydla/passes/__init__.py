@@ -1,6 +1,7 @@
 """Graph passes with contracts, run by a PassManager until nothing changes.
 
-Order matters: folding and pattern recognition see the graph before pointwise fusion
+Order matters: quantized layers fold before constant folding dequantizes their weights;
+folding and pattern recognition see the graph before pointwise fusion
 swallows the ops they look for; epilogue fusion runs on the fused pointwise layers.
 Shuffles are simplified and pads folded first, so the patterns see direct producers;
 MatMul+bias becomes Gemm before fold_batchnorm, which folds scales into Gemm weights.
@@ -16,6 +17,7 @@ from pydla.passes.eliminate_identity import EliminateIdentity
 from pydla.passes.fold_batchnorm import FoldBatchNorm
 from pydla.passes.fold_constants import FoldConstants
 from pydla.passes.fold_pad import FoldPad
+from pydla.passes.fold_qdq import FoldQDQ
 from pydla.passes.fuse_pointwise import FuseEpilogue, FusePointwise
 from pydla.passes.manager import PassManager
 from pydla.passes.matmul_to_gemm import MatMulToGemm
@@ -28,6 +30,7 @@ def default_passes() -> list[Pass]:
     return [
         EliminateDead(),
         EliminateIdentity(),
+        FoldQDQ(),
         FoldConstants(),
         EliminateCommonSubexpressions(),
         CancelTransposes(),

@@ -18,7 +18,6 @@ from onnx import helper, numpy_helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.dtypes import DType
-from pydla.engine.memory import tensor_bytes
 from pydla.errors import ModelImportError, NotConstantError, PydlaError, ShapeError
 from pydla.frontend.onnx.registry import find_importer
 from pydla.ir import Graph, Node, Value
@@ -144,17 +143,19 @@ class ImportContext:
     # -- emitting ----------------------------------------------------------------------
     def emit(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any] | None = None,
              *, out_types: Sequence[TensorType] | None = None, num_outputs: int | None = None,
-             name: str | None = None) -> list[Value]:
+             name: str | None = None, fold: bool = True) -> list[Value]:
         """Add one canonical node (or fold it into constants) and return its outputs.
 
-        ``out_types`` defaults to the current ONNX node's inferred output types.
+        ``out_types`` defaults to the current ONNX node's inferred output types. ``fold``
+        False keeps a node of constants for a pass to match (fold_constants folds it later
+        if none does).
         """
         node = self.node
         attrs = _json_attrs(dict(attrs or {}), self)
         inputs = list(inputs)
         if out_types is None:
             out_types = self._node_types(inputs, op, attrs, num_outputs)
-        if all(v is None or v.is_const for v in inputs):
+        if fold and all(v is None or v.is_const for v in inputs):
             folded = self._fold(op, inputs, attrs, out_types)
             if folded is not None:
                 return folded
@@ -182,8 +183,7 @@ class ImportContext:
 
     def _fold(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any],
               out_types: Sequence[TensorType]) -> list[Value] | None:
-        # Python ints: numpy's int64 product wraps around for hostile shapes (2**32 x 2**32).
-        size = sum(tensor_bytes(tuple(s), d.itemsize) for s, d in out_types)
+        size = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in out_types)
         if size > FOLD_LIMIT_BYTES:
             return None
         try:
@@ -211,7 +211,7 @@ class ImportContext:
                                       for s, d in inferred):
             return [(tuple(s), d) for s, d in inferred]  # type: ignore[misc]
         # Learn what ONNX could not infer by running the kernel on zeros.
-        total = sum(tensor_bytes(v.shape, v.dtype.itemsize) for v in inputs if v is not None)
+        total = sum(v.nbytes for v in inputs if v is not None)
         if total > EVAL_INFER_LIMIT:
             raise self.error(f"cannot infer output shapes (ONNX inference gave {inferred})",
                              ShapeError)
@@ -407,7 +407,10 @@ def import_model(model: onnx.ModelProto,
 def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
     for index, proto in enumerate(nodes):
         name = proto.name or f"{proto.op_type}_{index}"
-        if proto.domain not in ("", "ai.onnx"):
+        # Other domains' ops register as "domain.Op" (com.microsoft's quantized ops).
+        custom = proto.domain not in ("", "ai.onnx")
+        op_key = f"{proto.domain}.{proto.op_type}" if custom else proto.op_type
+        if custom and find_importer(op_key, ctx.opset) is None:
             raise ModelImportError(f"custom domain {proto.domain!r} is not supported", name,
                                    proto.op_type)
         inputs: list[Value | None] = []
@@ -421,7 +424,7 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
                                        "(the graph is not in topological order)", name,
                                        proto.op_type)
             inputs.append(v)
-        fn = find_importer(proto.op_type, ctx.opset)
+        fn = find_importer(op_key, ctx.opset)
         if fn is None:
             raise ModelImportError(f"operator {proto.op_type} (opset {ctx.opset}) is not "
                                    "supported", name, proto.op_type)

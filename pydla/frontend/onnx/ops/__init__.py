@@ -14,6 +14,7 @@ from pydla.frontend.onnx.ops import (  # noqa: F401
     normalization,
     pooling,
     quantize,
+    quantize_contrib,
     recurrent,
     reduce,
     resize,

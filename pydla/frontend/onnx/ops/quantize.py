@@ -142,8 +142,9 @@ def import_dequantize(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     if out not in _FLOAT_OUTPUTS:
         raise ctx.error(f"dequantization to {out.name.lower()} is not supported")
     attrs = _granularity(ctx, node, x, scale, zero_point)
+    # Quantized weights stay quantized: pydla.passes.fold_qdq reads them into int8 layers.
     return ctx.emit("DequantizeLinear", [x, scale, zero_point], attrs,
-                    out_types=[(x.shape, out)])
+                    out_types=[(x.shape, out)], fold=False)
 
 
 @onnx_op("DynamicQuantizeLinear", since=11)
@@ -154,7 +155,15 @@ def import_dynamic_quantize(ctx: ImportContext, node: OnnxNode) -> list[Value]:
                     out_types=[(x.shape, DType.UINT8), ((), DType.FLOAT32), ((), DType.UINT8)])
 
 
-def _check_operand(ctx: ImportContext, v: Value, zero_point: Value | None,
+def int8_layer(outs: list[Value]) -> list[Value]:
+    """The layer's precision is int8 whatever its output type (layer info, reports)."""
+    for v in outs:
+        if v.producer is not None:
+            v.producer.precision = "int8"
+    return outs
+
+
+def check_int8_operand(ctx: ImportContext, v: Value, zero_point: Value | None,
                    allowed: tuple[DType, ...] = (DType.INT8, DType.UINT8)) -> None:
     if v.dtype not in allowed:
         raise ctx.error(f"input {_name(v)} is {v.dtype.name.lower()}; expected one of "
@@ -162,6 +171,19 @@ def _check_operand(ctx: ImportContext, v: Value, zero_point: Value | None,
     if zero_point is not None and zero_point.dtype is not v.dtype:
         raise ctx.error(f"zero point {_name(zero_point)} type {zero_point.dtype.name.lower()} "
                         f"differs from the type {v.dtype.name.lower()} of input {_name(v)}")
+
+
+def _gemm_shape(a: Value, b: Value) -> tuple[int, ...]:
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    return (*batch, a.shape[-2], b.shape[-1])
+
+
+def _conv_shape(x: Value, w: Value, attrs: dict) -> tuple[int, ...]:
+    nd = len(x.shape) - 2
+    pads, strides, dilations = attrs["pads"], attrs["strides"], attrs["dilations"]
+    return (x.shape[0], w.shape[0], *[
+        (i + pads[d] + pads[d + nd] - (k - 1) * dilations[d] - 1) // strides[d] + 1
+        for d, (i, k) in enumerate(zip(x.shape[2:], w.shape[2:]))])
 
 
 def _check_per_channel(ctx: ImportContext, v: Value | None, channels: int) -> None:
@@ -181,8 +203,8 @@ def _quantized_operands(ctx: ImportContext, node: OnnxNode, channels: int) -> li
     x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = ins
     assert x is not None and w is not None and x_scale is not None and w_scale is not None
     assert y_scale is not None
-    _check_operand(ctx, x, x_zp)
-    _check_operand(ctx, w, w_zp)
+    check_int8_operand(ctx, x, x_zp)
+    check_int8_operand(ctx, w, w_zp)
     for s in (x_scale, w_scale, y_scale):
         _check_scale(ctx, s)
     for v in (x_scale, x_zp, y_scale, y_zp):
@@ -205,7 +227,11 @@ def import_qlinear_conv(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     if bias is not None and (bias.dtype is not DType.INT32 or bias.size != w.shape[0]):
         raise ctx.error(f"bias {_name(bias)} must be int32 with one value per output channel "
                         f"({w.shape[0]}), not {bias.dtype.name.lower()} {bias.shape}")
-    return ctx.emit("QConv", [*ins, bias], conv_attrs(ctx, node, x, w))
+    attrs = conv_attrs(ctx, node, x, w)
+    y_zp = ins[7]
+    out = y_zp.dtype if y_zp is not None else DType.UINT8
+    return int8_layer(ctx.emit("QConv", [*ins, bias], attrs,
+                               out_types=[(_conv_shape(x, w, attrs), out)]))
 
 
 @onnx_op("QLinearMatMul", since=10)
@@ -214,7 +240,11 @@ def import_qlinear_matmul(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     if a is None or b is None or len(a.shape) < 2 or len(b.shape) < 2:
         raise ctx.error("a and b must have rank 2 or more")
     ins = _quantized_operands(ctx, node, b.shape[-1])
-    return ctx.emit("QGemm", [*ins, None])
+    y_zp = ins[7]
+    out = y_zp.dtype if y_zp is not None else DType.UINT8
+    if a.shape[-1] != b.shape[-2]:
+        raise ctx.error(f"a {a.shape} and b {b.shape} do not multiply")
+    return int8_layer(ctx.emit("QGemm", [*ins, None], out_types=[(_gemm_shape(a, b), out)]))
 
 
 @onnx_op("ConvInteger", since=10)
@@ -225,13 +255,14 @@ def import_conv_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     x, w, x_zp, w_zp = (node.input(i) for i in range(4))
     if x is None or w is None or len(x.shape) < 3 or len(w.shape) != len(x.shape):
         raise ctx.error("x and w must be N-D images of the same rank")
-    _check_operand(ctx, x, x_zp)
-    _check_operand(ctx, w, w_zp)
+    check_int8_operand(ctx, x, x_zp)
+    check_int8_operand(ctx, w, w_zp)
     if x_zp is not None and x_zp.size != 1:
         raise ctx.error(f"x_zero_point {_name(x_zp)} must be a scalar (per-tensor quantization)")
     _check_per_channel(ctx, w_zp, w.shape[0])
-    return ctx.emit("QConv", [x, None, x_zp, w, None, w_zp, None, None, None],
-                    conv_attrs(ctx, node, x, w))
+    attrs = conv_attrs(ctx, node, x, w)
+    return int8_layer(ctx.emit("QConv", [x, None, x_zp, w, None, w_zp, None, None, None],
+                               attrs, out_types=[(_conv_shape(x, w, attrs), DType.INT32)]))
 
 
 @onnx_op("MatMulInteger", since=10)
@@ -240,10 +271,13 @@ def import_matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     a, b, a_zp, b_zp = (node.input(i) for i in range(4))
     if a is None or b is None or len(a.shape) < 2 or len(b.shape) < 2:
         raise ctx.error("A and B must have rank 2 or more (a vector operand is not supported)")
-    _check_operand(ctx, a, a_zp)
-    _check_operand(ctx, b, b_zp)
+    check_int8_operand(ctx, a, a_zp)
+    check_int8_operand(ctx, b, b_zp)
     if a_zp is not None and a_zp.size not in (1, a.shape[-2]):
         raise ctx.error(f"a_zero_point {_name(a_zp)} has {a_zp.size} elements; expected 1 or "
                         f"{a.shape[-2]} (one per row)")
     _check_per_channel(ctx, b_zp, b.shape[-1])
-    return ctx.emit("QGemm", [a, None, a_zp, b, None, b_zp, None, None, None])
+    if a.shape[-1] != b.shape[-2]:
+        raise ctx.error(f"A {a.shape} and B {b.shape} do not multiply")
+    return int8_layer(ctx.emit("QGemm", [a, None, a_zp, b, None, b_zp, None, None, None],
+                               out_types=[(_gemm_shape(a, b), DType.INT32)]))
