@@ -10,8 +10,8 @@ import numpy as np
 
 from pydla.backends.cpu.kernels.int8 import generic, pack
 from pydla.backends.cpu.kernels.int8.dot import PATHS
-from pydla.backends.cpu.kernels.int8.epilogue import FLOAT, INT32, QUANT
 from pydla.backends.cpu.kernels.int8.isa import isa
+from pydla.backends.cpu.kernels.int8.requant import LANES, OUT_KINDS, RES_KINDS
 from pydla.errors import KernelError
 
 Thunk = Callable[[], object]
@@ -104,6 +104,8 @@ def _check_activation(a: np.ndarray, rq: Requant, name: str, op: str) -> None:
 def _check_residual(residual: np.ndarray | None, out: np.ndarray, name: str, op: str) -> None:
     if residual is None:
         return
+    if out.dtype == np.int32:
+        raise KernelError(name, op, "an int32 (raw accumulator) output takes no residual")
     if residual.shape != out.shape:
         raise KernelError(name, op, f"residual {residual.shape} does not match the output "
                           f"{out.shape}")
@@ -128,7 +130,8 @@ def bind_qgemm(a: np.ndarray, w: PackedWeights, rq: Requant, out: np.ndarray,
     from pydla.backends.cpu.kernels.int8 import gemm  # noqa: PLC0415  (compiles its tasks)
 
     flip, corr = _zero_point(a, rq, w)
-    return gemm.bind(a, w.data, w.path, flip, corr, rq.scale, out, _mode(out), _q(rq),
+    return gemm.bind(a, w.data, w.path, flip, corr, _padded(rq.scale), out,
+                     _kinds(out, residual), _q(rq),
                      residual, (rq.residual_zero_point, rq.residual_scale))
 
 
@@ -166,8 +169,8 @@ def bind_qconv2d(x: np.ndarray, w: PackedWeights, rq: Requant, strides: Sequence
 
     flip, corr = _zero_point(x, rq, w)
     return conv.bind(x, w.data, w.path, w.group, w.n, x.shape[1] // w.group, w.kernel,
-                     strides, pads, dilations, flip, rq.a_zero_point + flip, corr, rq.scale,
-                     out, _mode(out), _q(rq), residual,
+                     strides, pads, dilations, flip, rq.a_zero_point + flip, corr,
+                     _padded(rq.scale), out, _kinds(out, residual), _q(rq), residual,
                      (rq.residual_zero_point, rq.residual_scale))
 
 
@@ -176,11 +179,20 @@ def _zero_point(a: np.ndarray, rq: Requant, w: PackedWeights) -> tuple[int, np.n
     flip = 0x80 if a.dtype == np.int8 else 0
     zp = rq.a_zero_point + (128 if flip else 0)
     corr = rq.bias.astype(np.int64) - zp * w.col_sums.astype(np.int64)
-    return flip, corr.astype(np.int32)
+    return flip, _padded(corr.astype(np.int32))
 
 
-def _mode(out: np.ndarray) -> int:
-    return INT32 if out.dtype == np.int32 else FLOAT if out.dtype == np.float32 else QUANT
+def _padded(v: np.ndarray) -> np.ndarray:
+    """v with zeros after it: the epilogue loads whole vectors of per-channel values, up
+    to the packed width (a multiple of 64) plus one vector."""
+    out = np.zeros(-(-v.size // 64) * 64 + LANES, v.dtype)
+    out[:v.size] = v
+    return out
+
+
+def _kinds(out: np.ndarray, residual: np.ndarray | None) -> tuple[int, int]:
+    return (OUT_KINDS.index(out.dtype.name),
+            RES_KINDS.index("none" if residual is None else residual.dtype.name))
 
 
 def _q(rq: Requant) -> tuple[float, float, float]:

@@ -21,8 +21,8 @@ from numba import njit
 
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.fork import fork_or_call
-from pydla.backends.cpu.kernels.int8 import epilogue as ep
 from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, micro_kernel
+from pydla.backends.cpu.kernels.int8.requant import LANES, requant
 from pydla.backends.cpu.kernels.int8.thunk import bound
 from pydla.backends.cpu.steps import Fixed
 from pydla.backends.cpu.workspace import aligned_zeros
@@ -102,7 +102,7 @@ def interleave_task(t: int, nthreads: int, x: np.ndarray, xi: np.ndarray, kg: in
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def conv_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.ndarray,
               offsets: np.ndarray, corr: np.ndarray, scale: np.ndarray, out: np.ndarray,
-              mode: int, zp: np.float32, lo: np.float32, hi: np.float32, has_res: bool,
+              out_kind: int, zp: np.float32, lo: np.float32, hi: np.float32, res_kind: int,
               res: np.ndarray, r_zp: np.float32, r_scale: np.float32, scratch: np.ndarray,
               group: int, per: int, quads: int, taps: int, quad_bytes: int, wq: int, ow: int,
               oh: int, qtiles: int, nsplit: int) -> None:  # pragma: no cover
@@ -138,25 +138,28 @@ def conv_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.ndarray
                 if nl >= per:
                     break
                 n = g * per + nl
-                dst = out[img, n]
-                rrow = res[img, n] if has_res else res[0, 0]
+                plane = (img * out.shape[1] + n) * out.shape[2]
                 oy = q0 // wq
                 while oy < oh and oy * wq < q0 + vc:
                     s0 = max(q0, oy * wq)
                     s1 = min(q0 + vc, oy * wq + ow, q_end)
-                    if s1 > s0:
-                        ep.row_span(acc, r * vc + s0 - q0, dst, oy * ow + s0 - oy * wq,
-                                    s1 - s0, corr[n], scale[n], mode, zp, lo, hi, has_res,
-                                    rrow, r_zp, r_scale)
+                    d = plane + oy * ow - oy * wq  # output index of flat position 0 of row oy
+                    for c in range(s0, s1, LANES):
+                        requant(out_kind, res_kind, acc.ctypes.data + 4 * (r * vc + c - q0),
+                                corr.ctypes.data + 4 * n, scale.ctypes.data + 4 * n, 0,
+                                out.ctypes.data + (d + c) * out.itemsize, min(LANES, s1 - c),
+                                zp, lo, hi, res.ctypes.data + (d + c) * res.itemsize, r_zp,
+                                r_scale)
                     oy += 1
 
 
 def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, cg: int,
          kernel: tuple[int, int], strides: Sequence[int], pads: Sequence[int],
          dilations: Sequence[int], flip: int, a_zp: int, corr: np.ndarray, scale: np.ndarray,
-         out: np.ndarray, mode: int, q: tuple[float, float, float], residual: np.ndarray | None,
-         r_q: tuple[float, float]) -> Callable[[], object]:
-    """The two fork calls of one convolution, bound to these buffers."""
+         out: np.ndarray, kinds: tuple[int, int], q: tuple[float, float, float],
+         residual: np.ndarray | None, r_q: tuple[float, float]) -> Callable[[], object]:
+    """The two fork calls of one convolution, bound to these buffers; corr and scale hold
+    LANES entries of slack (requant loads a vector where it spreads one)."""
     path = PATHS[path_name]
     kh, kw = kernel
     (sh, sw), (dh, dw) = strides, dilations
@@ -185,16 +188,15 @@ def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, c
     nsplit = 1 if units >= 4 * nthreads else max(1, min(nthreads, int(wdata.shape[1]) // path.rows))
     scratch = aligned_zeros((nthreads, path.rows * path.vec_cols), np.int32)
     out3 = out.reshape(batch, n, oh * ow)
-    res3 = (residual.reshape(batch, n, oh * ow) if residual is not None
-            else np.zeros((1, 1, 1), out.dtype))
+    res3 = residual.reshape(batch, n, oh * ow) if residual is not None else out3
     x8 = x.view(np.uint8)
     planes = batch * group * quads * sh * sw
     n_prep = min(nthreads, planes)
     prepare = fork_or_call(interleave_task, n_prep, n_prep, x8, xi, path.kg, flip,
                            a_zp, group, cg, quads, sh, sw, pt, pl, hq, wq, plane)
     compute = fork_or_call(conv_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
-                           wdata, offsets, corr, scale, out3, Fixed(mode), np.float32(q[0]),
-                           np.float32(q[1]), np.float32(q[2]), Fixed(residual is not None), res3,
+                           wdata, offsets, corr, scale, out3, Fixed(kinds[0]), np.float32(q[0]),
+                           np.float32(q[1]), np.float32(q[2]), Fixed(kinds[1]), res3,
                            np.float32(r_q[0]), np.float32(r_q[1]), scratch, group, per, quads,
                            kh * kw, quad_bytes, wq, ow, oh, qtiles, nsplit)
     return bound((prepare, compute), (xi, offsets, scratch, out3, res3, corr, scale))

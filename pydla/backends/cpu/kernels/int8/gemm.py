@@ -15,8 +15,8 @@ from numba import njit
 
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.fork import fork_or_call
-from pydla.backends.cpu.kernels.int8 import epilogue as ep
 from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, micro_kernel
+from pydla.backends.cpu.kernels.int8.requant import LANES, requant
 from pydla.backends.cpu.kernels.int8.thunk import bound
 from pydla.backends.cpu.steps import Fixed
 from pydla.backends.cpu.workspace import aligned_zeros
@@ -43,8 +43,9 @@ def copy_task(t: int, nthreads: int, a: np.ndarray, dst: np.ndarray,
 
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def gemm_task(t: int, nthreads: int, path_id: int, a: np.ndarray, w: np.ndarray,
-              corr: np.ndarray, scale: np.ndarray, out: np.ndarray, mode: int, zp: np.float32,
-              lo: np.float32, hi: np.float32, has_res: bool, res: np.ndarray, r_zp: np.float32,
+              corr: np.ndarray, scale: np.ndarray, out: np.ndarray, out_kind: int,
+              zp: np.float32, lo: np.float32, hi: np.float32, res_kind: int, res: np.ndarray,
+              r_zp: np.float32,
               r_scale: np.float32, scratch: np.ndarray, tail: np.ndarray,
               taps: np.ndarray) -> None:  # pragma: no cover
     """Thread t's share of the (channel panel, row block) tiles, panel-major: consecutive
@@ -80,14 +81,20 @@ def gemm_task(t: int, nthreads: int, path_id: int, a: np.ndarray, w: np.ndarray,
         n0 = pn * vc
         cols = min(vc, n - n0)
         for r in range(rows):
-            rrow = res[m0 + r] if has_res else res[0]
-            ep.col_span(acc, r * vc, out[m0 + r], n0, cols, corr, scale, n0, mode, zp, lo, hi,
-                        has_res, rrow, r_zp, r_scale)
+            d = (m0 + r) * n + n0
+            for c in range(0, cols, LANES):
+                requant(out_kind, res_kind, acc.ctypes.data + 4 * (r * vc + c),
+                        corr.ctypes.data + 4 * (n0 + c), scale.ctypes.data + 4 * (n0 + c), 1,
+                        out.ctypes.data + (d + c) * out.itemsize, min(LANES, cols - c), zp, lo,
+                        hi, res.ctypes.data + (d + c) * res.itemsize, r_zp, r_scale)
 
 
 def bind(a: np.ndarray, wdata: np.ndarray, path_name: str, flip: int, corr: np.ndarray,
-         scale: np.ndarray, out: np.ndarray, mode: int, q: tuple[float, float, float],
-         residual: np.ndarray | None, r_q: tuple[float, float]) -> Callable[[], object]:
+         scale: np.ndarray, out: np.ndarray, kinds: tuple[int, int],
+         q: tuple[float, float, float], residual: np.ndarray | None,
+         r_q: tuple[float, float]) -> Callable[[], object]:
+    """The GEMM's fork call(s), bound to these buffers; corr and scale padded to the packed
+    panels' width (requant loads whole vectors of them)."""
     path = PATHS[path_name]
     m, k = a.shape
     k_pad = wdata.shape[1] * path.kg
@@ -103,11 +110,11 @@ def bind(a: np.ndarray, wdata: np.ndarray, path_name: str, flip: int, corr: np.n
         src = a8
     scratch = aligned_zeros((nthreads, path.rows * path.vec_cols), np.int32)
     tail = aligned_zeros((nthreads, path.rows, k_pad), np.uint8)
-    res = residual if residual is not None else np.zeros((1, 1), out.dtype)
+    res = residual if residual is not None else out
     items = wdata.shape[0] * -(-m // path.rows)
     nt = max(1, min(nthreads, items))
     steps.append(fork_or_call(gemm_task, nt, nt, Fixed(PATH_IDS[path_name]), src, wdata, corr,
-                              scale, out, Fixed(mode), np.float32(q[0]), np.float32(q[1]),
-                              np.float32(q[2]), Fixed(residual is not None), res,
+                              scale, out, Fixed(kinds[0]), np.float32(q[0]), np.float32(q[1]),
+                              np.float32(q[2]), Fixed(kinds[1]), res,
                               np.float32(r_q[0]), np.float32(r_q[1]), scratch, tail, _TAP0))
     return bound(steps, (src, scratch, tail, res, corr, scale))
