@@ -24,6 +24,8 @@ from pydla.plan.lower import IOFormat, lower
 from pydla.plan.memory import check_build_memory
 from pydla.plan.precision import autocast
 from pydla.plan.tactics import TimingCache, choose_tactics
+from pydla.quantization import Int8Options
+from pydla.quantization.build import quantize_for_build
 from pydla.tools.layerinfo import layer_info
 
 
@@ -47,6 +49,8 @@ class BuildOptions:
     autocast: DType | None = None
     layer_precisions: Mapping[str, str] = field(default_factory=dict)
     calibration: Sequence[Mapping[str, np.ndarray]] = ()
+    # --int8: calibrate (or read --calib's cache) and quantize (pydla.quantization).
+    int8: Int8Options | None = None
     # Time every candidate kernel per layer (else pick by priority); --timingCacheFile.
     autotune: bool = True
     timing_cache: str | None = None
@@ -88,6 +92,14 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     limit, how = build_memory_limit(options)
     check_build_memory(graph, limit, how, autotune=autotune,
                        calibration=bool(options.calibration), fold_limit=ctx.fold_limit_bytes)
+    if options.int8 is not None:
+        if options.autocast is not None:
+            raise BuildError("--int8 with --autocast is not supported: the layers int8 does "
+                             "not take stay float32")
+        quantize_for_build(graph, options.int8, ctx, opt_level=options.opt_level,
+                           disabled=options.disabled_passes,
+                           overrides=options.layer_precisions,
+                           verify_each=options.verify_passes)
     manager = PassManager(default_passes(), opt_level=options.opt_level,
                           disabled=options.disabled_passes, verify_each=options.verify_passes)
     if options.opt_level > 0:
@@ -95,7 +107,7 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     if options.autocast is not None:
         ranges = tensor_ranges(graph, list(options.calibration)) if options.calibration else None
         autocast(graph, options.autocast, ctx, options.layer_precisions, ranges)
-    elif options.layer_precisions:
+    elif options.layer_precisions and options.int8 is None:
         raise BuildError("--layerPrecisions adjusts --autocast; without it the model's own "
                          "types decide every layer's precision")
     if options.opt_level == 0:  # reference kernels only, for bisecting
@@ -121,7 +133,8 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     """Compile ``model`` into loadable bytes."""
     options = options or BuildOptions()
     proto = load_model(model)
-    graph = build_graph(proto, options)
+    ctx = PassContext(verbose=options.verbose, echo=options.log)
+    graph = build_graph(proto, options, ctx)
     target: dict[str, Any] = {"backend": options.target, "dla_core": options.dla_core,
                               "mem_pools": dict(options.mem_pools)}
     if options.target == "cuda":
@@ -129,7 +142,7 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     elif options.target != "cpu":
         raise BuildError(f"unknown target {options.target!r}; pydla builds for 'cpu' or 'cuda'")
     build_info = {"opset": graph.opset, "opt_level": options.opt_level,
-                  "shapes": {k: list(v) for k, v in options.shapes.items()}}
+                  "shapes": {k: list(v) for k, v in options.shapes.items()}, **ctx.records}
     meta, weights = lower(graph, input_formats=options.input_formats,
                           output_formats=options.output_formats, target=target, build=build_info)
     data = write_loadable(meta, weights)

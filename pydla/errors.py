@@ -76,3 +76,8 @@ class KernelError(PydlaError):
 class RequestError(PydlaError):
     """A batch or serving request does not fit the module (pydla.ray): names the tensor,
     shape, dtype or field that is wrong."""
+
+
+class CalibrationError(BuildError):
+    """INT8 calibration cannot proceed: calibration data, a data-loader script or a
+    calibration cache is wrong; names the file (and line), tensor, shape or dtype."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydla.ir import Graph
 
@@ -16,6 +17,9 @@ class PassContext:
     verbose: bool = False
     log: list[str] = field(default_factory=list)
     echo: Callable[[str], None] | None = None
+    # Facts the loadable records in its build section (``int8``: pydla.quantization's scales
+    # and each layer's precision with the reason).
+    records: dict[str, Any] = field(default_factory=dict)
 
     def note(self, message: str) -> None:
         self.log.append(message)

@@ -18,6 +18,7 @@ from pydla.tools.flags import (
 
 if TYPE_CHECKING:  # the builder imports onnx, which the runtime-only commands never need
     from pydla.builder import BuildOptions
+    from pydla.quantization import Int8Options
 
 
 def add_build_flags(p: argparse.ArgumentParser) -> None:
@@ -34,6 +35,23 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
                    help="run float32 layers in fp16/bf16 where numerically safe")
     g.add_argument("--layerPrecisions", help="per-layer override for --autocast: name:fp32,…")
     g.add_argument("--calibrationInputs", help=".npz of inputs for --autocast's range check")
+    q = p.add_argument_group("INT8 calibration (docs/int8.md)")
+    q.add_argument("--int8", action="store_true",
+                   help="run convolutions and matrix products int8, with ranges from "
+                   "calibration (--calibData, --data-loader-script) or a cache (--calib)")
+    q.add_argument("--calibData", help="an .npz of samples named by network input (first "
+                   "axis: samples of the build shape), or a folder of them")
+    q.add_argument("--data-loader-script", dest="data_loader_script",
+                   help="file.py[:func]: func() (default load_data) returns an iterable of "
+                   "feed dicts, as in Polygraphy")
+    q.add_argument("--calibAlgo", choices=("entropy", "minmax", "percentile"),
+                   default="entropy", help="TensorRT's calibrator: entropy "
+                   "(EntropyCalibration2, default), minmax (MinMaxCalibration), percentile "
+                   "(LegacyCalibration)")
+    q.add_argument("--calibPercentile", type=float, default=99.99,
+                   help="the percentile of |x| for --calibAlgo=percentile (default 99.99)")
+    q.add_argument("--calib", help="TensorRT calibration cache: read if it exists (no "
+                   "calibration), written after calibrating")
     g.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
                    help="the backend the engine is tuned for (default cpu); cuda records the "
                    "GPU architecture and, on a GPU machine, the kernels timed there "
@@ -61,9 +79,24 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
         autocast=DType.from_name(args.autocast) if args.autocast else None,
         layer_precisions=parse_layer_precisions(args.layerPrecisions),
         calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
-        target=getattr(args, "target", "cpu"),
+        target=getattr(args, "target", "cpu"), int8=int8_options(args),
         memory_limit=(parse_size(args.buildMemoryLimit, "--buildMemoryLimit")
                       if args.buildMemoryLimit else None))
+
+
+def int8_options(args: argparse.Namespace) -> Int8Options | None:
+    """Int8Options from the INT8 flags; None without --int8 (where they are refused)."""
+    from pydla.quantization import Int8Options
+
+    if not getattr(args, "int8", False):
+        given = [f for f, v in (("--calibData", args.calibData), ("--calib", args.calib),
+                                ("--data-loader-script", args.data_loader_script)) if v]
+        if given:
+            raise FlagError(f"{given[0]} calibrates for INT8: add --int8")
+        return None
+    return Int8Options(calib_data=args.calibData, data_loader_script=args.data_loader_script,
+                       algorithm=args.calibAlgo, percentile=args.calibPercentile,
+                       cache=args.calib)
 
 
 def engine_bytes(args: argparse.Namespace, onnx_path: str | None) -> bytes:

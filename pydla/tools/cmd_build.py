@@ -75,7 +75,9 @@ def format_layer_info(info: dict) -> str:
         layout = f", {' -> '.join(lay['layouts'])}" if "layouts" in lay else ""
         lines.append(f"[pydla] Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
                      f"tactic {lay['tactic']}{layout}): {ins} -> {outs}  "
-                     f"[from {', '.join(lay['fused_from'])}]")
+                     f"[from {', '.join(lay['fused_from'])}]"
+                     + (f"  --int8 {lay['precision_reason']}" if "precision_reason" in lay
+                        else ""))
     m = info["memory"]
     lines.append(f"[pydla] Memory: activations {m['activation_bytes']:,} bytes (naive "
                  f"{m['naive_activation_bytes']:,}), weights {m['weight_bytes']:,}, workspace "

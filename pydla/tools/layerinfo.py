@@ -19,6 +19,8 @@ def layer_info(program: Program) -> dict[str, Any]:
         return {"name": t.name, "shape": list(t.shape), "dtype": t.dtype.name.lower(),
                 "format": "weight" if t.kind == "weight" else formats.get(index, "linear")}
 
+    # --int8's decision per ONNX layer (pydla.quantization.policy): name -> [precision, why].
+    int8 = program.build.get("int8", {}).get("layers", {})
     layers = []
     workspace = 0
     for lay in program.layers:
@@ -30,6 +32,9 @@ def layer_info(program: Program) -> dict[str, Any]:
                  "outputs": [describe(i) for i in lay.outputs],
                  "fused_from": list(lay.fused_from), "precision": lay.precision,
                  "tactic": lay.tactic}
+        reason = _int8_reason(lay.name, lay.fused_from, int8)
+        if reason:
+            entry["precision_reason"] = reason
         if "epilogue" in lay.attrs:
             entry["epilogue"] = [s["op"] for s in lay.attrs["epilogue"]["program"]]
         if lay.op == "Pointwise":
@@ -52,3 +57,12 @@ def layer_info(program: Program) -> dict[str, Any]:
             "workspace_bytes": workspace,
         },
     }
+
+
+def _int8_reason(name: str, fused_from: tuple[str, ...], decisions: dict[str, Any]) -> str:
+    """Why --int8 left this layer int8 or float: its own decision, else that of the layer an
+    int8 decision was made for among those fused into it, else the first one's."""
+    known = [n for n in (name, *fused_from) if n in decisions]
+    chosen = [n for n in known if decisions[n][0] == "int8"]
+    pick = name if name in decisions else (chosen or known or [None])[0]
+    return f"{decisions[pick][0]}: {decisions[pick][1]}" if pick else ""
