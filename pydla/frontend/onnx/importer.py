@@ -18,6 +18,7 @@ from onnx import helper, numpy_helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.dtypes import DType
+from pydla.engine.memory import tensor_bytes
 from pydla.errors import ModelImportError, NotConstantError, PydlaError, ShapeError
 from pydla.frontend.onnx.registry import find_importer
 from pydla.ir import Graph, Node, Value
@@ -183,7 +184,8 @@ class ImportContext:
 
     def _fold(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any],
               out_types: Sequence[TensorType]) -> list[Value] | None:
-        size = sum(int(np.prod(s, dtype=np.int64)) * d.itemsize for s, d in out_types)
+        # Python ints: numpy's int64 product wraps around for hostile shapes (2**32 x 2**32).
+        size = sum(tensor_bytes(tuple(s), d.itemsize) for s, d in out_types)
         if size > FOLD_LIMIT_BYTES:
             return None
         try:
@@ -211,7 +213,7 @@ class ImportContext:
                                       for s, d in inferred):
             return [(tuple(s), d) for s, d in inferred]  # type: ignore[misc]
         # Learn what ONNX could not infer by running the kernel on zeros.
-        total = sum(v.nbytes for v in inputs if v is not None)
+        total = sum(tensor_bytes(v.shape, v.dtype.itemsize) for v in inputs if v is not None)
         if total > EVAL_INFER_LIMIT:
             raise self.error(f"cannot infer output shapes (ONNX inference gave {inferred})",
                              ShapeError)
