@@ -21,7 +21,7 @@ from numba import njit
 
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.fork import fork_or_call
-from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, micro_kernel
+from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, interleave16, micro_kernel
 from pydla.backends.cpu.kernels.int8.requant import LANES, requant
 from pydla.backends.cpu.kernels.int8.thunk import bound
 from pydla.backends.cpu.steps import Fixed
@@ -71,10 +71,21 @@ def interleave_task(t: int, nthreads: int, x: np.ndarray, xi: np.ndarray, kg: in
             for i in range(x_hi * kg, wq * kg):
                 xi[row + i] = fill
             ix0 = b - pl
+            lo = x_lo
+            if present == kg and sw == 1:
+                # whole quads on a stride-1 row: 16 pixels a vector, the rest below
+                step = x.strides[1]
+                src = x.ctypes.data + img * x.strides[0] + c0 * step + iy * x.strides[2] + ix0
+                while lo + 16 <= x_hi:
+                    if kg == 4:
+                        interleave16(4, xi.ctypes.data + row + 4 * lo, src + lo, step, flip)
+                    else:
+                        interleave16(2, xi.ctypes.data + row + 2 * lo, src + lo, step, flip)
+                    lo += 16
             if present == 4:
                 s0, s1 = x[img, c0, iy], x[img, c0 + 1, iy]
                 s2, s3 = x[img, c0 + 2, iy], x[img, c0 + 3, iy]
-                for xx in range(x_lo, x_hi):
+                for xx in range(lo, x_hi):
                     ix = ix0 + sw * xx
                     d = row + 4 * xx
                     xi[d] = s0[ix] ^ f
@@ -83,7 +94,7 @@ def interleave_task(t: int, nthreads: int, x: np.ndarray, xi: np.ndarray, kg: in
                     xi[d + 3] = s3[ix] ^ f
             elif present == 2 and kg == 2:
                 s0, s1 = x[img, c0, iy], x[img, c0 + 1, iy]
-                for xx in range(x_lo, x_hi):
+                for xx in range(lo, x_hi):
                     ix = ix0 + sw * xx
                     d = row + 2 * xx
                     xi[d] = s0[ix] ^ f
