@@ -1,0 +1,295 @@
+"""``pydla.InferenceSession``: onnxruntime's session API over pydla's builder and runtime.
+
+    sess = pydla.InferenceSession("model.onnx")             # or bytes, a ModelProto, a loadable
+    [y] = sess.run(None, {"x": x})                            # outputs in the model's dtypes
+
+A session over an ONNX model builds a loadable for the input shapes it is run with — the
+first run with a new shape builds (or loads from the cache) and keeps the module; later
+runs with that shape only run. Symbolic dimensions (a free batch, free image sizes) thus work
+as onnxruntime users expect. Loadables are cached on disk, keyed by the model's digest, the
+build options, the shapes and pydla's version (``cache_dir``, default
+``~/.cache/pydla/sessions``; ``PYDLA_SESSION_CACHE`` moves it). A session over a loadable
+runs its fixed shapes.
+
+Inputs must have the model's exact types (as onnxruntime demands); bfloat16 tensors go in
+and come out as ``ml_dtypes.bfloat16`` (the same bits, never a cast).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pydla import __version__
+from pydla.dtypes import DType
+from pydla.errors import BuildError, PydlaError
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+_MODULES_KEPT = 8  # shapes whose modules a session keeps loaded (least recently used go)
+
+_TYPE_NAMES = {
+    DType.FLOAT32: "tensor(float)", DType.FLOAT16: "tensor(float16)",
+    DType.BFLOAT16: "tensor(bfloat16)", DType.FLOAT64: "tensor(double)",
+    DType.INT8: "tensor(int8)", DType.UINT8: "tensor(uint8)", DType.INT16: "tensor(int16)",
+    DType.UINT16: "tensor(uint16)", DType.INT32: "tensor(int32)", DType.UINT32: "tensor(uint32)",
+    DType.INT64: "tensor(int64)", DType.UINT64: "tensor(uint64)", DType.BOOL: "tensor(bool)",
+}
+
+
+class SessionError(PydlaError):
+    """A session call with wrong arguments (names, shapes, types, providers)."""
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as onnxruntime describes it: ``name``, ``shape`` (ints, and
+    strings or None for symbolic dims) and ``type`` (``"tensor(float)"``)."""
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    shape: tuple[int | str | None, ...]
+    dtype: DType
+
+
+def _numpy_type(dtype: DType) -> np.dtype:
+    if dtype is DType.BFLOAT16:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype.np)
+
+
+class InferenceSession:
+    """``InferenceSession(model, providers=None, sess_options=None, cache_dir=None)``.
+
+    ``model``: an ONNX file path, its bytes, an ``onnx.ModelProto``, or a loadable (path or
+    bytes). ``providers``: onnxruntime's names — ``"CPUExecutionProvider"`` (the default)
+    or ``"CUDAExecutionProvider"`` (pydla's CUDA backend; where it cannot run, the session
+    falls back to the CPU with a warning, as onnxruntime does). ``sess_options``: an
+    ``onnxruntime.SessionOptions``-like object; ``intra_op_num_threads`` sets pydla's thread
+    count and ``graph_optimization_level`` 0 builds without optimizations.
+    """
+
+    def __init__(self, model: Any, providers: Sequence[Any] | None = None,
+                 sess_options: Any = None, cache_dir: str | os.PathLike[str] | None = None,
+                 **build_options: Any) -> None:
+        self._providers = _providers(providers)
+        self._threads = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
+        level = getattr(sess_options, "graph_optimization_level", None)
+        opt_level = 0 if level is not None and int(level) == 0 else 3
+        self._build_options = {"opt_level": opt_level, **build_options}
+        self._cache = Path(cache_dir or os.environ.get("PYDLA_SESSION_CACHE")
+                           or Path.home() / ".cache" / "pydla" / "sessions")
+        self._lock = threading.Lock()
+        self._modules: OrderedDict[tuple[tuple[int, ...], ...], Any] = OrderedDict()
+        data = _model_bytes(model)
+        from pydla.loadable.format import MAGIC
+
+        self._onnx: bytes | None = None if data[:len(MAGIC)] == MAGIC else data
+        if self._onnx is None:
+            module = self._load(data)
+            program = module.program
+            self._inputs = [_Tensor(t.name, t.shape, t.dtype) for t in
+                            (program.tensors[io.tensor] for io in program.inputs)]
+            self._outputs = [_Tensor(t.name, t.shape, t.dtype) for t in
+                             (program.tensors[io.tensor] for io in program.outputs)]
+            self._modules[tuple(tuple(t.shape) for t in self._inputs)] = module
+        else:
+            self._inputs, self._outputs = _onnx_io(self._onnx)
+            self._digest = hashlib.sha256(self._onnx).hexdigest()
+
+    # -- onnxruntime's description calls -----------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return [NodeArg(t.name, list(t.shape), _TYPE_NAMES.get(t.dtype, "tensor(undefined)"))
+                for t in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [NodeArg(t.name, list(t.shape), _TYPE_NAMES.get(t.dtype, "tensor(undefined)"))
+                for t in self._outputs]
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[np.ndarray]:
+        """Outputs named ``output_names`` (None: all), in the model's dtypes."""
+        feeds = self._check_feeds(input_feed)
+        shapes = tuple(tuple(int(d) for d in feeds[t.name].shape) for t in self._inputs)
+        module = self._module(shapes)
+        wanted = [t.name for t in self._outputs] if not output_names else list(output_names)
+        unknown = [n for n in wanted if n not in {t.name for t in self._outputs}]
+        if unknown:
+            raise SessionError(f"unknown output names {unknown}; the model's outputs are "
+                               f"{[t.name for t in self._outputs]}")
+        results = module.run({t.name: _storage(feeds[t.name], t.dtype) for t in self._inputs})
+        by_name = dict(zip(module.output_names, results))
+        types = {t.name: t.dtype for t in self._outputs}
+        return [_logical(by_name[n], types[n]) for n in wanted]
+
+    def _check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        names = [t.name for t in self._inputs]
+        unknown = sorted(set(input_feed) - set(names))
+        if unknown:
+            raise SessionError(f"unknown input names {unknown}; the model's inputs are {names}")
+        missing = [n for n in names if n not in input_feed]
+        if missing:
+            raise SessionError(f"missing inputs {missing}")
+        feeds = {}
+        for t in self._inputs:
+            x = np.asarray(input_feed[t.name])
+            want = _numpy_type(t.dtype)
+            if x.dtype != want:
+                raise SessionError(f"input {t.name!r}: unexpected data type {x.dtype.name}, "
+                                   f"expected {_TYPE_NAMES.get(t.dtype, t.dtype.name)}")
+            if len(x.shape) != len(t.shape):
+                raise SessionError(f"input {t.name!r}: rank {x.ndim} given, expected "
+                                   f"{len(t.shape)} ({_dims(t.shape)})")
+            for axis, (got, dim) in enumerate(zip(x.shape, t.shape)):
+                if isinstance(dim, int) and got != dim:
+                    raise SessionError(f"input {t.name!r}: dimension {axis} is {got}, expected "
+                                       f"{dim} ({_dims(t.shape)})")
+            feeds[t.name] = x
+        return feeds
+
+    def _module(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
+        with self._lock:
+            found = self._modules.get(shapes)
+            if found is not None:
+                self._modules.move_to_end(shapes)
+                return found
+            if self._onnx is None:
+                raise SessionError(f"the loadable runs shapes "
+                                   f"{[t.shape for t in self._inputs]} only, given "
+                                   f"{[list(s) for s in shapes]}")
+            module = self._load(self._loadable(shapes))
+            self._modules[shapes] = module
+            while len(self._modules) > _MODULES_KEPT:
+                self._modules.popitem(last=False)
+            return module
+
+    def _loadable(self, shapes: tuple[tuple[int, ...], ...]) -> bytes:
+        target = "cuda" if self._providers[0] == CUDA else "cpu"
+        key = json.dumps({"model": self._digest, "pydla": __version__, "target": target,
+                          "shapes": shapes, "options": self._build_options}, sort_keys=True)
+        path = self._cache / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.bin"
+        if path.is_file():
+            return path.read_bytes()
+        from pydla.builder import BuildOptions, build
+
+        named = {t.name: s for t, s in zip(self._inputs, shapes)}
+        data = build(self._onnx, BuildOptions(shapes=named, target=target,
+                                              **self._build_options))
+        try:  # the cache is an optimisation: a read-only home still runs
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            warnings.warn(f"pydla session cache {self._cache} not written: {e}", stacklevel=3)
+        return data
+
+    def _load(self, data: bytes) -> Any:
+        from pydla.engine.module import LoadedModule
+
+        if self._threads:
+            from pydla.backends.cpu.threads import set_num_threads
+
+            set_num_threads(self._threads)
+        backend = None
+        if self._providers[0] == CUDA:
+            from pydla.backends.cuda import CudaBackend
+
+            backend = CudaBackend()
+        return LoadedModule(data, backend)
+
+
+def _providers(providers: Sequence[Any] | None) -> list[str]:
+    names = [p[0] if isinstance(p, (tuple, list)) else p for p in (providers or [CPU])]
+    unknown = [n for n in names if n not in (CPU, CUDA)]
+    if unknown:
+        raise SessionError(f"unknown providers {unknown}; pydla offers {CPU!r} and {CUDA!r}")
+    if names[0] == CUDA and not _cuda_available():
+        warnings.warn("CUDAExecutionProvider is not available here (no CUDA GPU or no "
+                      "pydla[cuda]); running on CPUExecutionProvider", stacklevel=3)
+        names = [n for n in names if n != CUDA] or [CPU]
+    if CPU not in names:
+        names.append(CPU)
+    return names
+
+
+def _cuda_available() -> bool:
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount()) > 0
+    except Exception:  # noqa: BLE001  (no CuPy, no driver, no device)
+        return False
+
+
+def _model_bytes(model: Any) -> bytes:
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    if hasattr(model, "SerializeToString"):
+        return model.SerializeToString()
+    path = Path(os.fspath(model))
+    if not path.is_file():
+        raise SessionError(f"{path}: no such model file" if not path.exists()
+                           else f"{path}: not a file")
+    return path.read_bytes()
+
+
+def _onnx_io(data: bytes) -> tuple[list[_Tensor], list[_Tensor]]:
+    from pydla.builder import load_model
+
+    try:
+        graph = load_model(data).graph
+    except PydlaError as e:
+        raise BuildError(f"not an ONNX model or a loadable: {e}") from e
+    inits = {t.name for t in graph.initializer}
+
+    def tensor(v: Any) -> _Tensor:
+        tt = v.type.tensor_type
+        dims: tuple[int | str | None, ...] = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tt.shape.dim)
+        try:
+            dtype = DType(tt.elem_type)
+        except ValueError:
+            raise SessionError(f"tensor {v.name!r}: element type {tt.elem_type} (ONNX "
+                               "TensorProto) has no pydla type") from None
+        return _Tensor(v.name, dims, dtype)
+
+    return ([tensor(v) for v in graph.input if v.name not in inits],
+            [tensor(v) for v in graph.output])
+
+
+def _storage(x: np.ndarray, dtype: DType) -> np.ndarray:
+    return x.view(np.uint16) if dtype is DType.BFLOAT16 else x
+
+
+def _logical(y: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype is DType.BFLOAT16 and y.dtype == np.uint16:
+        return y.view(_numpy_type(dtype))
+    return y
+
+
+def _dims(shape: Sequence[int | str | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
