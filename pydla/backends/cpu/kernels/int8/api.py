@@ -10,7 +10,7 @@ import numpy as np
 
 from pydla.backends.cpu.kernels.int8 import generic, pack
 from pydla.backends.cpu.kernels.int8.dot import PATHS
-from pydla.backends.cpu.kernels.int8.isa import isa
+from pydla.backends.cpu.kernels.int8.features import isa
 from pydla.backends.cpu.kernels.int8.requant import LANES, OUT_KINDS, RES_KINDS
 from pydla.errors import KernelError
 
