@@ -27,6 +27,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     normalization,
     pooling,
     qlinear_reference,
+    qlinear_tactic,
     quantize,
     recurrent,
     reduce,

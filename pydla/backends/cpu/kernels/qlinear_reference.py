@@ -99,7 +99,7 @@ class _Output:
         zp = 0 if y_zp is None else int(y_zp.reshape(-1)[0])
         qtype = self.dtype if self.dtype.kind in "iu" else (
             y_zp.dtype if y_zp is not None else np.dtype(np.uint8))
-        lo, hi = self._bounds(np.iinfo(qtype), ys, zp)
+        lo, hi = quantized_bounds(self.clip, np.iinfo(qtype), ys, zp)
         scale = (mult / ys).astype(np.float32)
         q = np.rint(acc.astype(np.float32) * scale.reshape(shape if scale.size > 1 else ()))
         q += np.float32(zp)
@@ -109,14 +109,18 @@ class _Output:
         else:  # the output only fed DequantizeLinear: dequantize what was quantized
             np.copyto(out, (q - np.float32(zp)) * ys, casting="unsafe")
 
-    def _bounds(self, info: np.iinfo, ys: np.float32, zp: int) -> tuple[float, float]:
-        lo, hi = float(info.min), float(info.max)
-        if self.clip is not None:
-            for i, bound in enumerate(self.clip):
-                if np.isfinite(bound):
-                    q = float(np.clip(np.rint(np.float32(bound) / ys) + zp, info.min, info.max))
-                    lo, hi = (max(lo, q), hi) if i == 0 else (lo, min(hi, q))
-        return lo, hi
+
+def quantized_bounds(clip: Sequence[float] | None, info: np.iinfo, ys: np.float32,
+                     zp: int) -> tuple[float, float]:
+    """The output clamp in the quantized domain: the type's range, narrowed by a folded
+    activation's real bounds quantized as QuantizeLinear would."""
+    lo, hi = float(info.min), float(info.max)
+    if clip is not None:
+        for i, bound in enumerate(clip):
+            if np.isfinite(bound):
+                q = float(np.clip(np.rint(np.float32(bound) / ys) + zp, info.min, info.max))
+                lo, hi = (max(lo, q), hi) if i == 0 else (lo, min(hi, q))
+    return lo, hi
 
 
 def _bias(inputs: Inputs, channels: int, spec: LayerSpec) -> np.ndarray | None:
