@@ -182,6 +182,12 @@ class DlaDevice:
         if flags & NOOP:
             return
         with self.lock:
+            # Validation ran without the lock: a destroy_device or module_unload from another
+            # thread may have finished since. Counted in flight, the task holds them off.
+            self._check_alive()
+            if any(plan.module is not self.module for plan in plans):
+                raise InvalidParamError(f"the task's module was unloaded from device "
+                                        f"{self.handle:#x} while it was submitted")
             self._inflight += 1
 
         def run() -> None:

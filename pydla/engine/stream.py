@@ -8,6 +8,10 @@ Handle 0 is the legacy default stream: work on it runs in the caller's thread, a
 work already queued on every blocking stream (created without the non-blocking flag), as
 CUDA's legacy stream waits for them. A failure of work on a stream is kept and reported
 once, by the next synchronize, and the stream carries on with the work after it.
+
+Destroying a stream with work pending returns at once, as ``cudaStreamDestroy`` does: the
+queued work still runs, and until it has, device-wide synchronization (and the legacy
+stream, for a blocking stream) waits for it and reports its failure.
 """
 
 from __future__ import annotations
@@ -67,6 +71,9 @@ class Stream:
                 with self._cv:
                     self._pending -= 1
                     self._cv.notify_all()
+                    retire = self._closed and not self._pending and self._error is None
+                if retire:
+                    self._retire()
 
     def synchronize(self) -> BaseException | None:
         """Wait for all queued work; return (and forget) the first failure since the last
@@ -95,10 +102,27 @@ class Stream:
             if self._worker is not None:
                 self._ops.append(None)
                 self._cv.notify_all()
+            if self._pending or self._error is not None:
+                with _DRAINING_LOCK:
+                    _DRAINING.add(self)
         STREAMS.remove(self.handle)
+
+    def _retire(self) -> None:
+        """Called by the worker when a closed stream's last work is done."""
+        with _DRAINING_LOCK:
+            _DRAINING.discard(self)
 
 
 STREAMS: HandleTable[Stream] = HandleTable("stream", InvalidResourceError)
+# Destroyed streams whose work has not finished, or whose failure nobody has read yet.
+_DRAINING: set[Stream] = set()
+_DRAINING_LOCK = threading.Lock()
+
+
+def _live_and_draining() -> list[Stream]:
+    with _DRAINING_LOCK:
+        draining = list(_DRAINING)
+    return list(STREAMS.values()) + draining
 
 
 def get_stream(handle: int) -> Stream | None:
@@ -107,7 +131,7 @@ def get_stream(handle: int) -> Stream | None:
 
 
 def drain_blocking_streams() -> None:
-    for s in STREAMS.values():
+    for s in _live_and_draining():
         if s.blocking:
             s.wait_idle()
 
@@ -132,7 +156,11 @@ def synchronize(handle: int) -> BaseException | None:
 
 
 def synchronize_all() -> BaseException | None:
-    errors = [s.synchronize() for s in STREAMS.values()]
+    streams = _live_and_draining()
+    errors = [s.synchronize() for s in streams]
+    for s in streams:
+        if s._closed:  # its failure is read: nothing keeps it any longer
+            s._retire()
     return next((e for e in errors if e is not None), None)
 
 
