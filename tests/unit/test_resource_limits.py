@@ -147,3 +147,33 @@ def test_cli_bomb_one_line_exit_1_under_4gb(name: str, tmp_path: Path) -> None:
     assert size in lines[0] and "limit" in lines[0]
     assert not (tmp_path / "out.bin").exists()
     assert cpu <= 5.0, cpu
+
+
+_LOAD_CHILD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+from pydla import cudla
+data = open(sys.argv[1], "rb").read()
+dev = cudla.create_device(0, cudla.Mode.CUDA_DLA)
+try:
+    cudla.module_load_from_memory(dev, data, len(data), 0)
+except cudla.CudlaError as e:
+    print(int(e.status), e.__cause__)
+    sys.exit(1)
+"""
+
+
+def test_load_of_a_large_arena_refused_under_4gb(tmp_path: Path) -> None:
+    """A valid loadable whose 3 GiB tensors fit this machine but not a 4 GB address space:
+    refused before allocating, not a MemoryError halfway through binding."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       {"x": (np.float32, [1, 3, 16384, 16384])}, ["y"])
+    data = build(model, BuildOptions(autotune=False, memory_limit=1 << 40))
+    path = tmp_path / "big.bin"
+    path.write_bytes(data)
+    proc = subprocess.run([sys.executable, "-c", _LOAD_CHILD.format(limit=AS_LIMIT), str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    status, _, message = proc.stdout.strip().partition(" ")
+    assert int(status) == cudla.Status.ErrorOutOfResources
+    assert "activation arena (" in message and "load memory limit" in message
