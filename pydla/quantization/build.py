@@ -8,7 +8,11 @@ from collections.abc import Iterable, Mapping
 
 from pydla.ir import Graph
 from pydla.passes import PassContext, PassManager, default_passes
-from pydla.quantization.implicit import Int8Options, quantize_implicitly
+from pydla.quantization.implicit import (
+    Int8Options,
+    is_explicitly_quantized,
+    quantize_implicitly,
+)
 
 # Fusions would hide the tensors calibration names and the layers Q/DQ go around.
 FUSIONS = frozenset({"fuse_pointwise", "fuse_epilogue"})
@@ -18,7 +22,7 @@ def quantize_for_build(graph: Graph, options: Int8Options, ctx: PassContext, *,
                        opt_level: int, disabled: Iterable[str] = (),
                        overrides: Mapping[str, str] | None = None,
                        verify_each: bool = False) -> None:
-    if opt_level > 0:
+    if opt_level > 0 and not is_explicitly_quantized(graph):
         folding = [p for p in default_passes() if p.name not in FUSIONS]
         known = {p.name for p in folding}
         PassManager(folding, opt_level=opt_level, verify_each=verify_each,

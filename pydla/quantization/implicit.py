@@ -17,6 +17,7 @@ from typing import Any
 
 from pydla.errors import BuildError, CalibrationError
 from pydla.ir import Graph
+from pydla.ops import QUANTIZED_LAYERS
 from pydla.passes.base import PassContext
 from pydla.quantization.cache import read_cache, write_cache
 from pydla.quantization.calibrators import (
@@ -54,7 +55,7 @@ def quantize_implicitly(graph: Graph, options: Int8Options, ctx: PassContext,
                         overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Calibrate (or read the cache), decide each layer's precision, insert Q/DQ; returns
     what the loadable records (``build["int8"]``: calibrator, scales, layer decisions)."""
-    if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+    if is_explicitly_quantized(graph):
         ctx.note("int8: the model is explicitly quantized (it has Q/DQ nodes); calibration is "
                  "skipped, as TensorRT ignores the calibrator for such networks")
         return {"calibrator": None, "explicit": True}
@@ -68,6 +69,13 @@ def quantize_implicitly(graph: Graph, options: Int8Options, ctx: PassContext,
     return {"calibrator": algorithm,
             "scales": {k: float(activation_scale(r)) for k, r in ranges.items()},
             "layers": {k: [d.precision, d.reason] for k, d in decisions.items()}}
+
+
+def is_explicitly_quantized(graph: Graph) -> bool:
+    """Whether the model carries its own quantization (Q/DQ nodes, or int8 layers made of
+    them or of QLinear* operators)."""
+    ops = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"} | QUANTIZED_LAYERS
+    return any(n.op in ops for n in graph.nodes)
 
 
 def _ranges(graph: Graph, options: Int8Options, algorithm: str,
