@@ -5,13 +5,16 @@ Python handle and over HTTP. Skipped where Ray is not installed (``pip install p
 
 from __future__ import annotations
 
+import importlib
 import socket
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import helper
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'pydla[ray]')")
 pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'pydla[ray]')")
@@ -22,8 +25,10 @@ requests = pytest.importorskip("requests", reason="requests (a Ray Serve depende
 from pydla.builder import BuildOptions, build  # noqa: E402
 from pydla.ray import codec, deployment, put_loadable  # noqa: E402
 from pydla.ray.predictor import PydlaPredictor, pin_threads  # noqa: E402
+from tests.oracle import make_model  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parents[2] / "pydla" / "samples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BATCH = 8
 
 
@@ -120,3 +125,30 @@ def test_serve_batches_concurrent_requests(cluster: None, loadable: bytes,
     assert requests.post(url, data=b"{", timeout=60).status_code == 400
     app = serve.status().applications["default"]
     assert app.deployments["pydla"].status == "HEALTHY"
+
+
+@pytest.mark.ray_slow
+def test_image_folder_example_equals_single_process(cluster: None, tmp_path: Path) -> None:
+    """examples/ray_batch.py: PNGs → read_images → preprocess → 2 actors → Parquet; every
+    image's scores equal a plain in-process predictor's on the same preprocessed input."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        example = importlib.import_module("ray_batch")
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    # Ray's workers cannot import examples/: its functions travel by value.
+    ray.cloudpickle.register_pickle_by_value(example)
+    rng = np.random.default_rng(1)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[4, 4]),
+                        helper.make_node("Softmax", ["y"], ["p"], axis=1)],
+                       {"x": (np.float32, [4, 3, 16, 16])}, ["p"],
+                       {"w": rng.standard_normal((5, 3, 4, 4)).astype(np.float32)})
+    loadable = build(model)
+    images, out = tmp_path / "images", tmp_path / "parquet"
+    example.make_images(images, 10, size=(40, 36))
+    result = example.run(loadable, images, out, actors=2, cpus_per_actor=1, batch_size=4)
+    got = example.read_results(out, result["output"])
+    want = example.expected_outputs(loadable, images)
+    assert result["images"] == 10 and sorted(got) == sorted(want)
+    for path, scores in want.items():
+        np.testing.assert_array_equal(got[path], scores)
