@@ -64,6 +64,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_scales(quant: dict) -> str:
+    """``x 0.0392@128, w 0.0012..0.0071 (64 channels), y 0.05@10`` (scale@zero point)."""
+    parts = []
+    for role, q in quant.items():
+        if not isinstance(q, dict):
+            parts.append(f"{role} {q}")
+            continue
+        scale = (f"{q['scale']:.6g}" if "scale" in q else
+                 f"{q['scale_min']:.4g}..{q['scale_max']:.4g} ({q['channels']} channels)")
+        zp = f"@{q['zero_point']}" if q.get("zero_point") not in (None, 0) else ""
+        parts.append(f"{role} {scale}{zp}")
+    return ", ".join(parts)
+
+
 def format_layer_info(info: dict) -> str:
     """One line per layer, as trtexec's --dumpLayerInfo prints it."""
     lines = []
@@ -77,6 +91,8 @@ def format_layer_info(info: dict) -> str:
                      f"tactic {lay['tactic']}{layout}): {ins} -> {outs}  "
                      f"[from {', '.join(lay['fused_from'])}]"
                      + (f"  --int8 {lay['precision_reason']}" if "precision_reason" in lay
+                        else "")
+                     + (f"  scales {format_scales(lay['quantization'])}" if "quantization" in lay
                         else ""))
     m = info["memory"]
     lines.append(f"[pydla] Memory: activations {m['activation_bytes']:,} bytes (naive "

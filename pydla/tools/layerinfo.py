@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pydla.backends.cpu.fused import scratch_bytes
 from pydla.loadable import Program
 
@@ -32,6 +34,9 @@ def layer_info(program: Program) -> dict[str, Any]:
                  "outputs": [describe(i) for i in lay.outputs],
                  "fused_from": list(lay.fused_from), "precision": lay.precision,
                  "tactic": lay.tactic}
+        quant = _quantization(program, lay)
+        if quant:
+            entry["quantization"] = quant
         reason = _int8_reason(lay.name, lay.fused_from, int8)
         if reason:
             entry["precision_reason"] = reason
@@ -66,3 +71,32 @@ def _int8_reason(name: str, fused_from: tuple[str, ...], decisions: dict[str, An
     chosen = [n for n in known if decisions[n][0] == "int8"]
     pick = name if name in decisions else (chosen or known or [None])[0]
     return f"{decisions[pick][0]}: {decisions[pick][1]}" if pick else ""
+
+
+# Scale and zero-point inputs of the quantized layers, by role (pydla.ops.QUANTIZED_INPUTS).
+_QUANT_SLOTS = {"QConv": ((1, 2, "x"), (4, 5, "w"), (6, 7, "y")),
+                "QGemm": ((1, 2, "x"), (4, 5, "w"), (6, 7, "y")),
+                "QuantizeLinear": ((1, 2, "y"),), "DequantizeLinear": ((1, 2, "x"),)}
+
+
+def _quantization(program: Program, lay: Any) -> dict[str, Any]:
+    """The scales and zero points a quantized layer was built with: one value per tensor,
+    or the range and count of per-channel ones; "runtime" for a network input."""
+    out: dict[str, Any] = {}
+    for s_at, z_at, role in _QUANT_SLOTS.get(lay.op, ()):
+        if s_at >= len(lay.inputs) or lay.inputs[s_at] < 0:
+            continue
+        t = program.tensors[lay.inputs[s_at]]
+        if t.kind != "weight":
+            out[role] = "runtime"
+            continue
+        scale = program.weight(t).astype(np.float64).ravel()
+        entry: dict[str, Any] = ({"scale": float(scale[0])} if scale.size == 1 else
+                                 {"scale_min": float(scale.min()),
+                                  "scale_max": float(scale.max()), "channels": scale.size})
+        z = lay.inputs[z_at] if z_at < len(lay.inputs) else -1
+        if z >= 0 and program.tensors[z].kind == "weight":
+            zp = program.weight(program.tensors[z]).ravel()
+            entry["zero_point"] = int(zp[0]) if (zp == zp[0]).all() else "per-channel"
+        out[role] = entry
+    return out
