@@ -124,10 +124,52 @@ class Graph:
                     users.setdefault(id(v), []).append(node)
         return users
 
-    def replace_uses(self, old: Value, new: Value, nodes: Iterable[Node] | None = None) -> None:
+    def add_output(self, name: str, value: Value) -> Value:
+        """Make ``value`` a graph output called ``name`` (its ONNX name: the interface).
+
+        Importers alias tensors (an ONNX Identity returns its input), so the value bound to
+        an output name may carry another name. An internal tensor takes the output's name;
+        a graph input, a constant or a tensor that is already an output is copied by an
+        Identity layer whose result has the name, so every output is a distinct tensor
+        written by a layer under the name the model gave it.
+        """
+        if value.name == name and self._owns_name(value):
+            out = value
+        elif value.name != name and self._can_take_name(value):
+            value.name = name
+            out = value
+        else:
+            out = Value(name, value.shape, value.dtype)
+            self.add_node(Node("Identity", self.unique_node_name(f"{name}_copy"), [value], [out]))
+        self.reserve_name(name)
+        self.outputs.append(out)
+        return out
+
+    def _owns_name(self, v: Value) -> bool:
+        """``v`` can be an output under its own name: a layer writes it, no output has it."""
+        return (v.producer is not None and not v.is_const
+                and not any(o is v for o in self.outputs))
+
+    def _can_take_name(self, v: Value) -> bool:
+        return self._owns_name(v) and not any(i is v for i in self.inputs)
+
+    def replace_uses(self, old: Value, new: Value, nodes: Iterable[Node] | None = None) -> bool:
+        """Make the readers of ``old`` read ``new``; returns whether anything changed.
+
+        A graph output never changes its name: when ``old`` is one, ``new`` takes over the
+        output and its name if a layer writes it and it is no graph input or output yet;
+        otherwise nothing changes and False tells the caller to keep ``old``'s producer.
+        """
+        if old is new:
+            return False
+        if any(v is old for v in self.outputs):
+            if not self._can_take_name(new):
+                return False
+            new.name = old.name
+            self.outputs = [new if v is old else v for v in self.outputs]
         for node in self.nodes if nodes is None else nodes:
             node.inputs = [new if v is old else v for v in node.inputs]
-        self.outputs = [new if v is old else v for v in self.outputs]
+        return True
 
     def remove_dead(self) -> bool:
         """Drop nodes whose outputs nobody reads; returns whether anything changed."""

@@ -28,17 +28,9 @@ class Uses:
 
 
 def forward(graph: Graph, old: Value, new: Value) -> bool:
-    """Make every reader of ``old`` read ``new``. A graph output keeps its name: ``new`` is
-    renamed when it is an internal tensor; otherwise nothing changes and False is returned."""
-    if old is new:
-        return False
-    outputs = {id(v) for v in graph.outputs}
-    if id(old) in outputs:
-        if new.is_const or new.producer is None or id(new) in outputs:
-            return False
-        new.name = old.name
-    graph.replace_uses(old, new)
-    return True
+    """Make every reader of ``old`` read ``new`` (Graph.replace_uses: a graph output keeps
+    its name; False means nothing changed and ``old``'s producer must stay)."""
+    return graph.replace_uses(old, new)
 
 
 def const_scalar(v: Value | None) -> float | None:

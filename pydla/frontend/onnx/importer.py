@@ -402,7 +402,7 @@ def import_model(model: onnx.ModelProto,
         v = ctx.lookup(vo.name)
         if v is None:
             raise ModelImportError(f"graph output {vo.name!r} is never produced")
-        graph.outputs.append(v)
+        graph.add_output(vo.name, v)
     return graph
 
 
