@@ -256,3 +256,16 @@ def test_policy_reasons_and_overrides() -> None:
         choose_precisions(_graph(), {}, {"fc*": "fp32"})
     with pytest.raises(BuildError, match="precision is int8 or fp32"):
         choose_precisions(_graph(), {}, {"conv1": "fp16"})
+
+
+def test_the_runner_frees_each_tensor_after_its_last_reader() -> None:
+    from pydla.quantization.runner import FloatRunner, tensor_amax
+
+    g = _graph()
+    runner = FloatRunner(g)
+    # x after conv1, c after relu1, r after conv2; y is the output and stays.
+    assert [[n.name for n in [*g.inputs, *(o for nd in g.nodes for o in nd.outputs)]
+             if id(n) in ids] for ids in runner.release] == [["x"], ["c"], ["r"]]
+    x = np.full((1, 3, 4, 4), -1.0, np.float32)
+    amax = tensor_amax(runner, [{"x": x}, {"x": -2 * x}], lambda: None)
+    assert amax == {"x": 2.0, "c": 6.0, "r": 6.0, "y": 24.0}
