@@ -308,6 +308,20 @@ class ModuleTensorDescriptor(_Record, ctypes.Structure):
     pixel_mapping = _Field("_pixelMapping", _u8)
     stride = _Stride()
 
+    def __repr__(self) -> str:
+        """What a reader of a module's I/O needs at a glance: name, type:format, logical
+        n,c,h,w, bytes and strides (the upstream repr shows only the address)."""
+        from pydla.engine.layout import dtype_of, format_of
+
+        try:
+            kind = f"{dtype_of(self).short}:{format_of(self)}"
+        except ValueError:  # a zero-filled or hand-made record: show the raw codes
+            kind = f"data_type={self.data_type} data_format={self.data_format}"
+        strides = tuple(int(s) for s in self._stride[:4])
+        return (f"<pydla.cudla.ModuleTensorDescriptor {self.name!r} {kind} n,c,h,w="
+                f"({self.n}, {self.c}, {self.h}, {self.w}) size={self.size_:,} "
+                f"stride={strides}>")
+
 
 class Fence(_Record, ctypes.Structure):
     _fields_ = [("_fence", _u64), ("_type", _i32)]

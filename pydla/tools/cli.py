@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from pydla.errors import PydlaError
+from pydla.tools.filearg import resolve_file_args
 from pydla.tools.flags import FlagError
 
 
@@ -25,15 +27,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="pydla", description="Compile ONNX models into loadables and run them.")
+    from pydla import __version__
+
+    parser.add_argument("--version", action="version", version=f"pydla {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (cmd_build, cmd_run, cmd_bench, cmd_compare, cmd_inspect, cmd_report,
                    cmd_check, cmd_partition, cmd_demo):
         module.register(sub)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the subcommand's usage, not the top level's, names what it takes
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if hasattr(args, "_file_kinds"):
+            resolve_file_args(args)
         return int(args.func(args) or 0)
-    except (PydlaError, FlagError, FileNotFoundError) as e:
+    except BrokenPipeError:  # stdout closed early (| head): quiet, as a user's pipe intends
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (PydlaError, FlagError) as e:
         print(f"pydla {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a missing, unreadable or unwritable path: one line, no traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"pydla {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 1
 
 

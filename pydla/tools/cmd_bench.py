@@ -6,10 +6,8 @@ import argparse
 import json
 import time
 
-import numpy as np
-
-from pydla.dtypes import DType, to_compute
 from pydla.tools.buildflags import add_build_flags, engine_bytes
+from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
 
 
@@ -18,8 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench", help="time a loadable (trtexec's performance summary and profile)",
         description="Run a loadable repeatedly on the CPU device and print trtexec's "
         "performance summary. Give --loadEngine, or --onnx with build flags to build first.")
-    p.add_argument("--loadEngine", help="loadable file")
-    p.add_argument("--onnx", help="ONNX model to build first (with the build flags)")
+    add_file_args(p, ("engine", "onnx"), "a loadable, or an ONNX model to build first "
+                  "(with the build flags)")
     p.add_argument("--saveEngine", help="with --onnx: also write the built loadable here")
     p.add_argument("--iterations", type=int, default=10,
                    help="run at least this many timed queries (default 10)")
@@ -39,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dumpProfile", action="store_true", help="print the per-layer profile")
     p.add_argument("--exportProfile", help="write the per-layer profile (JSON) to this file")
     p.add_argument("--exportTimes", help="write every timed query's times (JSON) to this file")
-    p.add_argument("--exportOutput", help="write the last outputs to this file (.npz keyed "
-                   "by name, or .json as trtexec writes it)")
+    p.add_argument("--exportOutput", help="write the last outputs to this file: .npz keyed "
+                   "by tensor name, or .json in trtexec's layout (name, dimensions, values)")
     p.add_argument("--verbose", action="store_true",
                    help="also print trace details and what each metric means")
     add_build_flags(p)
@@ -74,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
     from pydla.engine import LoadedModule
     from pydla.tools import benchreport as rep
     from pydla.tools.benchloop import BenchSettings, run_bench
-    from pydla.tools.cmd_run import load_inputs
+    from pydla.tools.cmd_run import check_export_path, export_outputs, load_inputs
     from pydla.tools.profiling import StagedRunner
     from pydla.tools.progress import Progress
 
     _check(args)
+    check_export_path(args.exportOutput)
     percentiles = _percentiles(args.percentile)
     data = engine_bytes(args, args.onnx)
     runners = [StagedRunner(LoadedModule(data), stream=i) for i in range(args.infStreams)]
@@ -125,7 +124,9 @@ def run(args: argparse.Namespace) -> int:
     _write_json(args.exportTimes, rep.times_json(result, origin))
     if args.exportOutput:
         dtypes = [prog.tensors[io.tensor].dtype for io in prog.outputs]
-        _export_output(args.exportOutput, module.output_names, runners[0].outputs(), dtypes)
+        size = export_outputs(args.exportOutput, module.output_names, runners[0].outputs(),
+                              dtypes)
+        info(f"wrote {args.exportOutput} ({size:,} bytes)")
     return 0
 
 
@@ -134,15 +135,3 @@ def _write_json(path: str | None, value: object) -> None:
         with open(path, "w") as f:
             json.dump(value, f, indent=1)
         print(f"[pydla] [I] wrote {path}")
-
-
-def _export_output(path: str, names: list[str], outputs: list[np.ndarray],
-                   dtypes: list[DType]) -> None:
-    if path.endswith(".json"):  # trtexec's layout: name, dimensions, values
-        entries = [{"name": name, "dimensions": "x".join(map(str, y.shape)),
-                    "values": to_compute(y, dt).ravel().tolist()}
-                   for name, y, dt in zip(names, outputs, dtypes)]
-        _write_json(path, entries)
-        return
-    np.savez(path, **dict(zip(names, outputs)))
-    print(f"[pydla] [I] wrote {path}")

@@ -23,6 +23,7 @@ from pydla.tools.errorstats import (
     format_comparison,
     parse_per_name,
 )
+from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError, parse_shapes
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "every output (Polygraphy's statistics and pass rule). Exit code 0 when all pass, 1 "
         "otherwise. --layerwise also compares every layer output that survives in the engine "
         "and names the first layer that diverges, with the ONNX nodes fused into it.")
-    p.add_argument("model", help="the ONNX model (the reference)")
+    add_file_args(p, ("onnx",), "the ONNX model (the reference)")
     p.add_argument("--loadEngine", help="a loadable built from the model (else it is built "
                    "with the build flags)")
     p.add_argument("--loadInputs", help="inputs: .npz keyed by name, or name:file.bin,… "
@@ -53,8 +54,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "elemwise: fail where both abs > atol and rel > rtol)")
     p.add_argument("--layerwise", action="store_true",
                    help="compare every layer output and name the first divergent layer")
+    p.add_argument("--layerwise-atol", dest="layerwise_atol",
+                   help="--layerwise's absolute tolerance, and per tensor name:value (default "
+                   "by the layer's precision: " + _defaults_text() + ")")
+    p.add_argument("--layerwise-rtol", dest="layerwise_rtol",
+                   help="--layerwise's relative tolerance, and per tensor name:value (default "
+                   "as --layerwise-atol)")
     add_build_flags(p)
     p.set_defaults(func=run)
+
+
+# Layer outputs are compared with onnxruntime's float32 values of the whole model, so a
+# reduced-precision layer carries the rounding of every layer before it: fp16 keeps ~3
+# significant digits per op, bf16 ~2. The output-level --atol/--rtol (1e-5, Polygraphy's
+# default) would mark every such layer FAILED.
+LAYERWISE_TOL = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 1e-1, "int8": 1e-1}
+
+
+def _defaults_text() -> str:
+    return ", ".join(f"{p} {t:g}" for p, t in LAYERWISE_TOL.items())
 
 
 @dataclass(frozen=True)
@@ -63,9 +81,15 @@ class Tolerances:
     rtol: PerName
     check: PerName
 
-    def of(self, name: str) -> Tolerance:
-        return Tolerance(float(self.atol.get(name)), float(self.rtol.get(name)),
-                         self.check.get(name))
+    def of(self, name: str, precision: str | None = None) -> Tolerance:
+        """``precision`` given (a layer's): an unset tolerance defaults by precision."""
+        by_prec = str(LAYERWISE_TOL.get(precision or "", LAYERWISE_TOL["fp32"]))
+
+        def pick(p: PerName) -> float:
+            v = p.get(name)
+            return float(by_prec if v == "" else v)
+
+        return Tolerance(pick(self.atol), pick(self.rtol), self.check.get(name))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,12 +98,15 @@ def run(args: argparse.Namespace) -> int:
     from pydla.tools.cmd_run import load_inputs
     from pydla.tools.layerwise import run_ort
 
+    check = parse_per_name(args.check_error_stat, "--check-error-stat", "elemwise", False)
     tols = Tolerances(parse_per_name(args.atol, "--atol", str(DEFAULT_TOL), True),
-                      parse_per_name(args.rtol, "--rtol", str(DEFAULT_TOL), True),
-                      parse_per_name(args.check_error_stat, "--check-error-stat", "elemwise",
-                                     False))
-    model = load_model(args.model)
-    module = LoadedModule(engine_bytes(args, args.model))
+                      parse_per_name(args.rtol, "--rtol", str(DEFAULT_TOL), True), check)
+    # "" = not given: the layer's precision picks the default (LAYERWISE_TOL).
+    layer_tols = Tolerances(parse_per_name(args.layerwise_atol, "--layerwise-atol", "", True),
+                            parse_per_name(args.layerwise_rtol, "--layerwise-rtol", "", True),
+                            check)
+    model = load_model(args.onnx)
+    module = LoadedModule(engine_bytes(args, args.onnx))
     prog = module.program
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
     inputs = load_inputs(args.loadInputs, module.input_names, [t.shape for t in tensors],
@@ -95,25 +122,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         reference = run_ort(model, feeds)
     got = module.run(inputs)
-    _info(f"Comparing pydla ({args.loadEngine or 'built from ' + args.model}) with onnxruntime")
+    _info(f"Comparing pydla ({args.loadEngine or 'built from ' + args.onnx}) with onnxruntime")
     failed = 0
     for name, y in zip(module.output_names, got):
         if name not in reference:
-            raise FlagError(f"the engine's output {name!r} is not an output of {args.model}")
+            raise FlagError(f"the engine's output {name!r} is not an output of {args.onnx}")
         t = next(t for t in prog.tensors if t.name == name)
         c = compare_arrays(to_compute(y, t.dtype), reference[name], tols.of(name))
         for line in format_comparison(f"Output {name}", c, t.dtype.name.lower()):
             _info(line)
         failed += not c.passed
     total = len(got)
-    if failed:
-        _error(f"FAILED | {failed} of {total} outputs differ beyond tolerance")
-    else:
-        _info(f"PASSED | all {total} outputs match")
-    diverged = False
-    if args.layerwise:
-        diverged = _layerwise(module, model, inputs, reference, tols)
-    return 1 if failed or diverged else 0
+    outputs = (f"{failed} of {total} outputs differ beyond tolerance" if failed
+               else f"all {total} outputs match")
+    if not args.layerwise:
+        return _verdict(not failed, outputs)
+    first, compared = _layerwise(module, model, inputs, reference, layer_tols)
+    layers = (f"first divergent layer #{first.index} {first.name!r}" if first else
+              f"all {compared} layer outputs within layerwise tolerance")
+    return _verdict(not failed and first is None, f"{outputs}; {layers}")
+
+
+def _verdict(passed: bool, text: str) -> int:
+    """The one verdict line; the exit status says the same."""
+    if passed:
+        _info(f"PASSED | {text}")
+        return 0
+    _error(f"FAILED | {text}")
+    return 1
 
 
 def _ort_feeds(model: onnx.ModelProto, given: dict[str, np.ndarray], shapes: str | None
@@ -139,12 +175,15 @@ def _ort_feeds(model: onnx.ModelProto, given: dict[str, np.ndarray], shapes: str
 
 
 def _layerwise(module: LoadedModule, model: onnx.ModelProto, inputs: list[np.ndarray],
-               reference: dict[str, np.ndarray], tols: Tolerances) -> bool:
-    """Print every compared layer output; name the first layer beyond tolerance."""
+               reference: dict[str, np.ndarray], tols: Tolerances
+               ) -> tuple[LayerInfo | None, int]:
+    """Print every compared layer output and the first layer beyond its tolerance (by its
+    precision unless given); returns that layer (None) and how many outputs were compared."""
     from pydla.tools.layerwise import capture_layers, reference_names
     from pydla.tools.progress import Progress
 
     prog = module.program
+    carried = _carried_precision(prog)
     captured = capture_layers(module, inputs)
     names = reference_names(prog, model)
     results: dict[int, Comparison] = {}
@@ -156,7 +195,7 @@ def _layerwise(module: LoadedModule, model: onnx.ModelProto, inputs: list[np.nda
                 name = names.get(t)
                 if name not in reference:
                     continue
-                c = compare_arrays(captured[t], reference[name], tols.of(name))
+                c = compare_arrays(captured[t], reference[name], tols.of(name, carried[t]))
                 results[t] = c
                 rows.append((lay, name, c))
                 if not c.passed and first is None:
@@ -166,16 +205,34 @@ def _layerwise(module: LoadedModule, model: onnx.ModelProto, inputs: list[np.nda
     _info(f"=== Layerwise: {len(rows)} layer outputs of {len(prog.layers)} layers compared ===")
     width = max([len(lay.name) for lay, _, _ in rows] + [5])
     _info(f"{'#':>4}  {'layer':<{width}}  {'op':<18} {'prec':<5} {'max abs':>10} "
-          f"{'max rel':>10} {'cosine':>10}  tensor")
+          f"{'max rel':>10} {'cosine':>10} {'atol/rtol':>11}  tensor")
     for lay, name, c in rows:
         mark = "" if c.passed else "  <- FAILED"
+        tol = f"{c.tolerance.atol:g}/{c.tolerance.rtol:g}"
         _info(f"{lay.index:>4}  {lay.name:<{width}}  {lay.op:<18} {lay.precision:<5} "
-              f"{c.abs.max:>10.3g} {c.rel.max:>10.3g} {c.cosine:>10.6f}  {name}{mark}")
-    if first is None:
-        _info(f"PASSED | no layer diverges beyond tolerance ({len(rows)} tensors compared)")
-        return False
-    _report_first(prog, first, results)
-    return True
+              f"{c.abs.max:>10.3g} {c.rel.max:>10.3g} {c.cosine:>10.6f} {tol:>11}  "
+              f"{name}{mark}")
+    if first is not None:
+        _report_first(prog, first, results)
+    return first, len(rows)
+
+
+def _carried_precision(prog: Program) -> dict[int, str]:
+    """Each layer output's loosest precision on any path from the inputs: an fp32 layer fed
+    by an fp16 one (the Cast back to fp32) carries fp16's rounding and its tolerance."""
+    loosest: dict[int, str] = {}
+
+    def looser(a: str, b: str) -> str:
+        return a if LAYERWISE_TOL.get(a, 0.0) >= LAYERWISE_TOL.get(b, 0.0) else b
+
+    for lay in prog.layers:
+        prec = lay.precision
+        for t in lay.inputs:
+            if t in loosest:
+                prec = looser(prec, loosest[t])
+        for t in lay.outputs:
+            loosest[t] = prec
+    return loosest
 
 
 def _report_first(prog: Program, lay: LayerInfo, results: dict[int, Comparison]) -> None:

@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 from pydla.tools.buildflags import add_build_flags, build_options
+from pydla.tools.filearg import add_file_args
+from pydla.tools.flags import FlagError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="For an ONNX model: inputs, outputs, op histogram, what the builder folds "
         "and fuses (it builds in memory), and what it cannot import and why. For a loadable: "
         "I/O descriptors, layers with their fused ONNX nodes, precisions, tactics, memory.")
-    p.add_argument("file", help="an .onnx model or a loadable")
+    add_file_args(p, ("engine", "onnx"), "an .onnx model or a loadable")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--verbose", action="store_true",
                    help="for a model: print every build decision, not only the counts")
@@ -27,8 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydla.tools.inspect_model import inspect_loadable, inspect_onnx, is_loadable
 
-    with open(args.file, "rb") as f:
+    with open(args.loadEngine or args.onnx, "rb") as f:
         data = f.read()
+    if args.loadEngine and not is_loadable(data):
+        raise FlagError(f"{args.loadEngine} is not a loadable (for a model: --onnx or FILE)")
     if is_loadable(data):
         from pydla.loadable import read_loadable
 

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from pydla.loadable import Program
+from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
 
 
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write one self-contained HTML page (no network access needed) showing "
         "the engine's layers and fusions, per-layer times (from a profile written by "
         "pydla bench --exportProfile), activation memory over time, and precisions.")
-    p.add_argument("engine", help="the loadable")
+    add_file_args(p, ("engine",), "the loadable")
     p.add_argument("--profile", help="per-layer profile JSON (pydla bench --exportProfile)")
     p.add_argument("-o", "--output", default="report.html", help="where to write the page")
     p.set_defaults(func=run)
@@ -94,12 +95,13 @@ def run(args: argparse.Namespace) -> int:
     from pydla.loadable import read_loadable
     from pydla.tools.report_page import render_html
 
-    with open(args.engine, "rb") as f:
+    with open(args.loadEngine, "rb") as f:
         program = read_loadable(f.read())
     profile = load_profile(args.profile, program) if args.profile else None
-    page = render_html(report_data(program, profile), os.path.basename(args.engine))
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(page)
-    print(f"[pydla] wrote {args.output} ({len(page):,} bytes; {len(program.layers)} layers"
+    page = render_html(report_data(program, profile), os.path.basename(args.loadEngine))
+    data = page.encode("utf-8")  # the page has non-ASCII text: count bytes, not characters
+    with open(args.output, "wb") as f:
+        f.write(data)
+    print(f"[pydla] wrote {args.output} ({len(data):,} bytes; {len(program.layers)} layers"
           f"{', with profile' if profile else ''})")
     return 0

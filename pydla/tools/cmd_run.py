@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import mmap
 import os
 
@@ -10,16 +11,18 @@ import numpy as np
 
 from pydla.dtypes import DType, to_compute
 from pydla.engine.inputs import check_input
+from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a loadable once",
                        description="Load a loadable and run it once on the CPU device.")
-    p.add_argument("--loadEngine", required=True, help="loadable file")
+    add_file_args(p, ("engine",), "the loadable")
     p.add_argument("--loadInputs", help="inputs: an .npz keyed by tensor name, or "
                    "name:file.bin,… raw little-endian files (trtexec's form)")
-    p.add_argument("--exportOutput", help="write outputs to this .npz, keyed by tensor name")
+    p.add_argument("--exportOutput", help="write the outputs to this file: .npz keyed by "
+                   "tensor name, or .json in trtexec's layout (name, dimensions, values)")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     p.set_defaults(func=run)
 
@@ -69,8 +72,38 @@ def _raw_file(name: str, path: str, shape: tuple[int, ...], dt: DType) -> np.nda
     return np.fromfile(path, dtype=dt.np).reshape(shape)
 
 
+def check_export_path(path: str | None) -> None:
+    """Refuse an --exportOutput path whose extension names no format, before running."""
+    if path and os.path.splitext(path)[1].lower() not in EXPORT_FORMATS:
+        raise FlagError(f"--exportOutput {path}: the extension names the format; give a "
+                        f"{' or '.join(EXPORT_FORMATS)} path")
+
+
+EXPORT_FORMATS = (".npz", ".json")
+
+
+def export_outputs(path: str, names: list[str], outputs: list[np.ndarray],
+                   dtypes: list[DType]) -> int:
+    """Write exactly ``path`` (np.savez given a name would append ``.npz``): .npz keyed by
+    name in the tensors' storage types, or .json as trtexec writes it (values widened).
+    Returns the bytes written."""
+    check_export_path(path)
+    if path.lower().endswith(".json"):
+        entries = [{"name": name, "dimensions": "x".join(map(str, y.shape)),
+                    "values": to_compute(y, dt).ravel().tolist()}
+                   for name, y, dt in zip(names, outputs, dtypes)]
+        with open(path, "w") as f:
+            json.dump(entries, f, indent=1)
+    else:
+        with open(path, "wb") as f:
+            np.savez(f, **dict(zip(names, outputs)))
+    return os.path.getsize(path)
+
+
 def run(args: argparse.Namespace) -> int:
     from pydla.engine import LoadedModule
+
+    check_export_path(args.exportOutput)
 
     with open(args.loadEngine, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -86,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"[pydla] output {t.name}: shape={t.shape} dtype={t.dtype.short} "
               f"min={v.min():.6g} max={v.max():.6g} mean={v.mean():.6g}")
     if args.exportOutput:
-        np.savez(args.exportOutput, **dict(zip(module.output_names, outputs)))
-        print(f"[pydla] wrote {args.exportOutput}")
+        size = export_outputs(args.exportOutput, module.output_names, outputs,
+                              [prog.tensors[io.tensor].dtype for io in prog.outputs])
+        print(f"[pydla] wrote {args.exportOutput} ({size:,} bytes)")
     return 0

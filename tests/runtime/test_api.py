@@ -114,3 +114,19 @@ def test_module_close_alone(add_mul):
         m1, m2 = dev.load(add_mul), dev.load(add_mul)  # one cuDLA handle each
         m1.close()
         np.testing.assert_allclose(m2.run(inputs(0))[1], expected(*inputs(0))[1], rtol=1e-6)
+
+
+def test_module_tensor_descriptor_repr(add_mul):
+    dev = cudla.create_device(0, cudla.Mode.CUDA_DLA)
+    try:
+        mod = cudla.module_load_from_memory(dev, add_mul, len(add_mul), 0)
+        descs = cudla.module_get_attributes(
+            mod, cudla.ModuleAttributeType.INPUT_TENSOR_DESCRIPTORS)
+        text = repr(descs[0])
+        cudla.module_unload(mod, 0)
+    finally:
+        cudla.destroy_device(dev)
+    assert text.startswith("<pydla.cudla.ModuleTensorDescriptor 'a' fp32:")
+    assert "n,c,h,w=(1, 4, 2, 3)" in text and "size=" in text and "stride=(" in text
+    blank = repr(cudla.ModuleTensorDescriptor())
+    assert "data_type=0 data_format=0" in blank  # a zero-filled record still prints

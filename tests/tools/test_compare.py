@@ -87,7 +87,10 @@ def test_layerwise_passes_on_a_faithful_engine(engine, capsys):
                  "--atol=1e-4", "--rtol=1e-4"]) == 0
     out = capsys.readouterr().out
     assert "=== Layerwise: 3 layer outputs of 3 layers compared ===" in out
-    assert "no layer diverges" in out
+    verdicts = [line for line in out.splitlines() if "PASSED |" in line or "FAILED |" in line
+                and not line.startswith("[pydla] [I]     ")]
+    assert verdicts[-1] == ("[pydla] [I] PASSED | all 1 outputs match; all 3 layer outputs "
+                            "within layerwise tolerance")
 
 
 def test_layerwise_names_the_perturbed_layer(engine, tmp_path, capsys):
@@ -103,6 +106,26 @@ def test_layerwise_names_the_perturbed_layer(engine, tmp_path, capsys):
     assert "its inputs (x1) match onnxruntime: the error starts in this layer" in out
     rows = [line for line in out.splitlines() if "<- FAILED" in line]
     assert rows[0].split()[3] == "conv2"  # later layers diverge too, but after it
+    assert out.splitlines()[-1].startswith("[pydla] [E] FAILED | 1 of 1 outputs differ")
+    assert out.splitlines()[-1].endswith("; first divergent layer #1 'conv2'")
+
+
+def test_layerwise_fp16_uses_per_precision_tolerances(engine, capsys):
+    """An fp16 engine within fp16's accuracy: every layer passes at the fp16 default (the fp32
+    Cast back carries fp16's tolerance), one verdict line, and the exit status agrees."""
+    onnx_path, _ = engine
+    argv = ["compare", str(onnx_path), "--autocast=fp16", "--layerwise"]
+    assert main([*argv, "--atol=1e-2", "--rtol=1e-2"]) == 0
+    out = capsys.readouterr().out
+    assert "<- FAILED" not in out and " fp16 " in out and "0.02/0.02" in out
+    verdicts = [line for line in out.splitlines() if line.startswith(("[pydla] [I] PASSED |",
+                                                                       "[pydla] [E] FAILED |"))]
+    assert verdicts == [out.splitlines()[-1]] and "PASSED | all 1 outputs match; all" in out
+    # Given layerwise tolerances are used as given: far too tight, the first layer fails.
+    assert main([*argv, "--atol=1e-2", "--rtol=1e-2", "--layerwise-atol=1e-7",
+                 "--layerwise-rtol=1e-7"]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("[pydla] [E] FAILED | all 1 outputs match; first divergent layer")
 
 
 def test_folded_layers_compare_against_the_group_output(engine):
