@@ -90,6 +90,10 @@ CONVS = [
     ((1, 32, 18, 18), (40, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1, np.uint8, np.int32),
     ((1, 24, 21, 21), (24, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 24, np.int8, np.uint8),
     ((1, 8, 30, 30), (16, 5, 5), (2, 2), (2, 2, 2, 2), (1, 1), 1, np.uint8, np.uint8),
+    # depthwise kernels: rows of taps as the dot product's bytes (depthwise.py), and the
+    # strided one through conv.py
+    ((2, 16, 9, 40), (16, 5, 5), (1, 1), (2, 1, 2, 3), (2, 1), 16, np.uint8, np.float32),
+    ((1, 8, 15, 15), (8, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 8, np.uint8, np.uint8),
 ]
 
 

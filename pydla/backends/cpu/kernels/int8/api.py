@@ -165,9 +165,14 @@ def bind_qconv2d(x: np.ndarray, w: PackedWeights, rq: Requant, strides: Sequence
         geometry = (tuple(strides), tuple(pads), tuple(dilations))
         return lambda: generic.conv2d(x, w.original, w.group, w.kernel, rq, geometry, out,
                                       residual)
-    from pydla.backends.cpu.kernels.int8 import conv  # noqa: PLC0415  (compiles its tasks)
+    from pydla.backends.cpu.kernels.int8 import conv, depthwise  # noqa: PLC0415  (compiles)
 
     flip, corr = _zero_point(x, rq, w)
+    if depthwise.applies(w.group, w.n, x.shape[1], strides, dilations):
+        return depthwise.bind(x, w.original, w.path, w.kernel, pads, dilations, flip,
+                              rq.a_zero_point + flip, corr, _padded(rq.scale), out,
+                              _kinds(out, residual), _q(rq), residual,
+                              (rq.residual_zero_point, rq.residual_scale))
     return conv.bind(x, w.data, w.path, w.group, w.n, x.shape[1] // w.group, w.kernel,
                      strides, pads, dilations, flip, rq.a_zero_point + flip, corr,
                      _padded(rq.scale), out, _kinds(out, residual), _q(rq), residual,
