@@ -131,6 +131,13 @@ def test_qconv2d_residual(path: str) -> None:
     q8.qconv2d(x, q8.pack_weights(w), rq, (1, 1), (1, 1, 1, 1), (1, 1), out, residual)
     acc = conv_ref(x, w, 1, 120, rq.bias, (1, 1), (1, 1, 1, 1), (1, 1), (23, 23))
     np.testing.assert_array_equal(out, requant_ref(acc, rq, np.dtype(np.uint8), 1, residual))
+    # a dequantized (float32) output with a quantized residual, ReLU as the clamp
+    frq = q8.Requant(120, base.bias, base.scale, 0, 0.0, np.inf, np.dtype(np.float32),
+                     residual_zero_point=130, residual_scale=0.02)
+    fout = np.zeros((1, 12, 23, 23), np.float32)
+    q8.qconv2d(x, q8.pack_weights(w), frq, (1, 1), (1, 1, 1, 1), (1, 1), fout, residual)
+    np.testing.assert_array_equal(fout, requant_ref(acc, frq, np.dtype(np.float32), 1,
+                                                    residual))
 
 
 GEMMS = [
@@ -279,6 +286,8 @@ def test_bad_inputs() -> None:
         q8.qgemm(a, w, wide, np.zeros((4, 8), np.uint8))
     with pytest.raises(KernelError, match="residual"):
         q8.qgemm(a, w, rq, np.zeros((4, 8), np.uint8), np.zeros((4, 7), np.uint8))
+    with pytest.raises(KernelError, match="residual must be"):
+        q8.qgemm(a, w, rq, np.zeros((4, 8), np.uint8), np.zeros((4, 8), np.int32))
     with pytest.raises(KernelError, match="zero point 300"):
         q8.qgemm(a, w, q8.Requant(300, rq.bias, rq.scale, 7, 0, 255, np.dtype(np.uint8)),
                  np.zeros((4, 8), np.uint8))

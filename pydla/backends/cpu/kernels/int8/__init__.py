@@ -17,10 +17,10 @@ The interface (``api.py``; engine E binds these as the fast tactic of QConv/QGem
         int32 out:         y = acc                  (ConvInteger/MatMulInteger; scale unused)
         rint rounds half to even; float32(acc) rounds to nearest even; every product is
         one float32 multiplication (MLAS's order, as onnxruntime computes QLinearConv).
-        With a residual r (same shape as out): the term float32(r - residual_zero_point) ·
-        residual_scale is added (float32) before rint: for uint8/int8 out residual_scale =
-        r_scale / y_scale (r uint8/int8); for float32 out r is float32, residual_zero_point
-        0 and residual_scale 1 (a plain add).
+        With a residual r (same shape as out; uint8, int8 or float32): the term
+        float32(r - residual_zero_point) · residual_scale is added (float32) before rint
+        and the clamp: for uint8/int8 out residual_scale = r_scale / y_scale; for float32
+        out r_scale itself (a float32 r: zero point 0 and scale 1, a plain add).
         a_zero_point is that of the activations as given: int8 activations are shifted to
         uint8 (x + 128) inside, and their zero point with them.
 

@@ -109,10 +109,9 @@ def _check_residual(residual: np.ndarray | None, out: np.ndarray, name: str, op:
     if residual.shape != out.shape:
         raise KernelError(name, op, f"residual {residual.shape} does not match the output "
                           f"{out.shape}")
-    want = (np.float32,) if out.dtype == np.float32 else (np.uint8, np.int8)
-    if residual.dtype not in want:
-        raise KernelError(name, op, f"a {out.dtype} output takes a residual of "
-                          f"{[np.dtype(d).name for d in want]}; got {residual.dtype}")
+    if residual.dtype not in (np.uint8, np.int8, np.float32):
+        raise KernelError(name, op, f"a residual must be uint8, int8 or float32; got "
+                          f"{residual.dtype}")
 
 
 def bind_qgemm(a: np.ndarray, w: PackedWeights, rq: Requant, out: np.ndarray,
