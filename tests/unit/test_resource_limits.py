@@ -18,7 +18,7 @@ from pydla.builder import BuildOptions, build, build_memory_limit
 from pydla.engine import memory
 from pydla.engine.faults import InvalidParamError
 from pydla.engine.module import LoadedModule
-from pydla.errors import ResourceLimitError
+from pydla.errors import ModelImportError, ResourceLimitError
 from pydla.frontend.onnx import import_model
 from pydla.plan.memory import check_build_memory, estimate_build_memory
 from tests.oracle import make_model
@@ -66,6 +66,53 @@ def test_bomb_refused_naming_tensor(name: str) -> None:
     assert f"tensor {tensor}" in message and size in message and "\n" not in message
     assert "--buildMemoryLimit" in message
     assert isinstance(info.value, MemoryError)
+
+
+def _scalar(name: str, value: object, dtype: type = np.int64) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, dtype), name)
+
+
+def _generator(nodes: list, inits: list, inputs: dict[str, list[int]] | None = None
+               ) -> onnx.ModelProto:
+    model = _raw_model(nodes, inputs or {}, {})
+    model.graph.initializer.extend(inits)
+    return model
+
+
+SMALL = {"x": [1, 1, 4, 4]}
+GENERATED = {  # name: (model, what the one line says)
+    "tile": (_generator([helper.make_node("Tile", ["x", "r"], ["y"])],
+                        [_scalar("r", [1, 1, 1 << 16, 1 << 16])], SMALL), "tensor 'y'"),
+    "pad": (_generator([helper.make_node("Pad", ["x", "p"], ["y"])],
+                       [_scalar("p", [0, 0, 1 << 17, 1 << 17, 0, 0, 1 << 17, 1 << 17])], SMALL),
+            "tensor 'y'"),
+    "resize": (_generator([helper.make_node("Resize", ["x", "", "s"], ["y"])],
+                          [_scalar("s", [1, 1, 40000, 40000], np.float32)], SMALL),
+               "tensor 'y'"),
+    "range": (_generator([helper.make_node("Range", ["a", "b", "c"], ["y"])],
+                         [_scalar("a", 0), _scalar("b", 1 << 40), _scalar("c", 1)]),
+              "(Range): Range would be a build-time constant [1099511627776]"),
+    "window": (_generator([helper.make_node("HannWindow", ["n"], ["y"])],
+                          [_scalar("n", 1 << 40)]), "(HannWindow): HannWindow would be"),
+    "eye_like": (_generator([helper.make_node("EyeLike", ["x"], ["y"])], [],
+                            {"x": [200000, 200000]}), "EyeLike would be a build-time constant"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED))
+def test_generated_constant_refused_before_computing(name: str) -> None:
+    model, fragment = GENERATED[name]
+    with pytest.raises(ResourceLimitError) as info:
+        build(model)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_range_to_infinity_is_an_import_error() -> None:
+    model = _generator([helper.make_node("Range", ["a", "b", "c"], ["y"])],
+                       [_scalar("a", 0, np.float32), _scalar("b", np.inf, np.float32),
+                        _scalar("c", 1, np.float32)])
+    with pytest.raises(ModelImportError, match="must be finite"):
+        build(model)
 
 
 def test_limit_options() -> None:

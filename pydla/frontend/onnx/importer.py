@@ -18,8 +18,14 @@ from onnx import helper, numpy_helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.dtypes import DType
-from pydla.engine.memory import tensor_bytes
-from pydla.errors import ModelImportError, NotConstantError, PydlaError, ShapeError
+from pydla.engine.memory import format_bytes, tensor_bytes
+from pydla.errors import (
+    ModelImportError,
+    NotConstantError,
+    PydlaError,
+    ResourceLimitError,
+    ShapeError,
+)
 from pydla.frontend.onnx.registry import find_importer
 from pydla.ir import Graph, Node, Value
 
@@ -121,6 +127,17 @@ class ImportContext:
         return cls(reason, n.name if n else None, n.op_type if n else None)
 
     # -- values ------------------------------------------------------------------------
+    def check_constant_size(self, shape: Sequence[int], dtype: DType, what: str) -> None:
+        """Refuse, before computing it, a constant an op importer would generate (Range,
+        EyeLike, windows…) beyond the size the importer folds (FOLD_LIMIT_BYTES)."""
+        nbytes = tensor_bytes(tuple(shape), dtype.itemsize)
+        if nbytes > FOLD_LIMIT_BYTES:
+            where = f"node {self.node.name!r} ({self.node.op_type}): " if self.node else ""
+            raise ResourceLimitError(
+                f"{where}{what} would be a build-time constant {list(shape)} of "
+                f"{format_bytes(nbytes)}, more than the {format_bytes(FOLD_LIMIT_BYTES)} the "
+                "importer computes")
+
     def const(self, array: np.ndarray, dtype: DType | None = None, name: str = "const") -> Value:
         arr = np.asarray(array)
         dt = dtype if dtype is not None else DType.from_numpy(arr.dtype)
@@ -436,7 +453,7 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
         try:
             outs = list(fn(ctx, node))
             fresh = ctx.fresh
-        except ModelImportError:
+        except (ModelImportError, ResourceLimitError):  # both name the node already
             raise
         except PydlaError as e:
             raise ModelImportError(str(e), name, proto.op_type) from e

@@ -44,6 +44,7 @@ def import_dropout(ctx: ImportContext, node: OnnxNode) -> list[Value | None]:
     assert x is not None
     outs: list[Value | None] = [x]
     if len(node.output_names) > 1 and node.output_names[1]:
+        ctx.check_constant_size(x.shape, DType.BOOL, "Dropout's mask")
         outs.append(ctx.const(np.ones(x.shape, np.bool_), DType.BOOL))
     return outs
 

@@ -300,10 +300,14 @@ def import_range(ctx: ImportContext, node: OnnxNode) -> list[Value]:
         raise ctx.error("Range delta cannot be 0")
     dtype = start_v.dtype
     if dtype.is_float:
+        if not all(map(math.isfinite, (start, limit, delta))):
+            raise ctx.error(f"Range start {start}, limit {limit}, delta {delta} must be finite")
         n = max(math.ceil((limit - start) / delta), 0)
+        ctx.check_constant_size((n,), dtype, "Range")
         values = start + np.arange(n, dtype=np.float64) * delta
     else:
         n = max(-((start - limit) // delta), 0)  # exact integer ceil division
+        ctx.check_constant_size((n,), dtype, "Range")
         values = start + np.arange(n, dtype=np.int64) * delta
     return [ctx.const(to_storage(values, dtype), dtype)]
 
@@ -319,5 +323,6 @@ def import_eye_like(ctx: ImportContext, node: OnnxNode) -> list[Value]:
             dtype = DType(int(node.attr("dtype")))
         except ValueError:
             raise ctx.error(f"dtype {node.attr('dtype')} is not supported") from None
+    ctx.check_constant_size(x.shape, DType.FLOAT64, "EyeLike")
     eye = np.eye(x.shape[0], x.shape[1], int(node.attr("k", 0)))
     return [ctx.const(to_storage(eye, dtype), dtype)]

@@ -106,6 +106,7 @@ def import_window(ctx: ImportContext, node: OnnxNode) -> list[Value]:
         raise ctx.error(f"window size {size} is negative")
     periodic = int(node.attrs_with_defaults().get("periodic", 1))
     period = size if periodic else size - 1
+    ctx.check_constant_size((size,), DType.FLOAT64, node.op_type)
     n = np.arange(size, dtype=np.float64)
     w = np.zeros(size)
     for k, c in enumerate(_WINDOWS[node.op_type]):
@@ -123,6 +124,7 @@ def import_mel_weight_matrix(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     high = float(_scalar(ctx, node.input(4), "upper_edge_hertz"))
     if bins < 1 or dft_length < 1 or rate < 1 or not 0 <= low < high:
         raise ctx.error("MelWeightMatrix needs positive sizes and 0 ≤ lower < upper edge")
+    ctx.check_constant_size((dft_length // 2 + 1, bins), DType.FLOAT64, "MelWeightMatrix")
     # As ONNX's reference: band edges evenly spaced in mel, snapped to DFT bins.
     mel_low = 2595 * math.log10(1 + low / 700)
     mel_high = 2595 * math.log10(1 + high / 700)
