@@ -42,7 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             resolve_file_args(args)
         return int(args.func(args) or 0)
     except BrokenPipeError:  # stdout closed early (| head): quiet, as a user's pipe intends
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:  # and no second BrokenPipeError when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 1
     except (PydlaError, FlagError) as e:
         print(f"pydla {args.command}: error: {e}", file=sys.stderr)

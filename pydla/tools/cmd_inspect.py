@@ -9,7 +9,6 @@ from typing import Any
 
 from pydla.tools.buildflags import add_build_flags, build_options
 from pydla.tools.filearg import add_file_args
-from pydla.tools.flags import FlagError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +30,6 @@ def run(args: argparse.Namespace) -> int:
 
     with open(args.loadEngine or args.onnx, "rb") as f:
         data = f.read()
-    if args.loadEngine and not is_loadable(data):
-        raise FlagError(f"{args.loadEngine} is not a loadable (for a model: --onnx or FILE)")
     if is_loadable(data):
         from pydla.loadable import read_loadable
 

@@ -6,12 +6,13 @@ import argparse
 import json
 import mmap
 import os
+import zipfile
 
 import numpy as np
 
 from pydla.dtypes import DType, to_compute
 from pydla.engine.inputs import check_input
-from pydla.tools.filearg import add_file_args
+from pydla.tools.filearg import add_file_args, check_readable
 from pydla.tools.flags import FlagError
 
 
@@ -32,8 +33,7 @@ def load_inputs(spec: str | None, names: list[str], shapes: list[tuple[int, ...]
     """Inputs from ``--loadInputs``; random (seeded) for any input not given."""
     given: dict[str, np.ndarray] = {}
     if spec and spec.endswith(".npz"):
-        with np.load(spec, allow_pickle=False) as z:
-            given = {k: z[k] for k in z.files}
+        given = _npz(spec)
     elif spec:
         for item in spec.split(","):
             name, sep, path = item.rpartition(":")
@@ -59,6 +59,16 @@ def load_inputs(spec: str | None, names: list[str], shapes: list[tuple[int, ...]
         else:
             out.append(rng.integers(0, 8, shape).astype(dt.np))
     return out
+
+
+def _npz(path: str) -> dict[str, np.ndarray]:
+    check_readable(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, zipfile.BadZipFile, EOFError):  # numpy's reasons mislead here
+        raise FlagError(f"--loadInputs {path}: not an .npz archive of arrays (numpy.savez "
+                        "writes one)") from None
 
 
 def _raw_file(name: str, path: str, shape: tuple[int, ...], dt: DType) -> np.ndarray:

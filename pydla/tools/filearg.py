@@ -46,6 +46,9 @@ def resolve_file_args(args: argparse.Namespace) -> None:
     for flag in ("loadEngine", "onnx"):
         if getattr(args, flag, None):
             check_readable(getattr(args, flag))
+    if getattr(args, "loadEngine", None) and not is_loadable_file(args.loadEngine):
+        raise FlagError(f"{args.loadEngine} is not a loadable (make one with pydla build "
+                        "--onnx=MODEL --saveEngine=FILE)")
 
 
 def check_readable(path: str) -> None:
