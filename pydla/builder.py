@@ -85,11 +85,11 @@ def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.
 def build_graph(model: onnx.ModelProto, options: BuildOptions,
                 ctx: PassContext | None = None) -> Graph:
     """Import and optimize; the pass log lands in ``ctx``."""
-    graph = import_model(model, options.shapes, options.input_values)
+    limit, how = build_memory_limit(options)
+    graph = import_model(model, options.shapes, options.input_values, memory_limit=limit)
     graph.remove_dead()
     ctx = ctx or PassContext(verbose=options.verbose, echo=options.log)
     autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
-    limit, how = build_memory_limit(options)
     check_build_memory(graph, limit, how, autotune=autotune,
                        calibration=bool(options.calibration), fold_limit=ctx.fold_limit_bytes)
     if options.int8 is not None:

@@ -107,6 +107,18 @@ def test_generated_constant_refused_before_computing(name: str) -> None:
     assert fragment in str(info.value) and "\n" not in str(info.value)
 
 
+def test_constants_computed_at_import_add_up_to_the_limit() -> None:
+    """Each ConstantOfShape is small enough to fold; together they pass the limit."""
+    nodes = [helper.make_node("ConstantOfShape", ["s"], [f"c{i}"], value=ONE)
+             for i in range(3)]
+    nodes += [helper.make_node("Sum", ["x", "c0", "c1", "c2"], ["y"])]
+    model = _generator(nodes, [_scalar("s", [100, 1000])], {"x": [100, 1000]})
+    with pytest.raises(ResourceLimitError) as info:
+        build(model, BuildOptions(memory_limit=1_000_000))
+    assert str(info.value).startswith("node 'ConstantOfShape_2' (ConstantOfShape): the "
+                                      "constants computed at build time would reach 1,200,000")
+
+
 def test_range_to_infinity_is_an_import_error() -> None:
     model = _generator([helper.make_node("Range", ["a", "b", "c"], ["y"])],
                        [_scalar("a", 0, np.float32), _scalar("b", np.inf, np.float32),

@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.dtypes import DType
-from pydla.engine.memory import format_bytes, tensor_bytes
+from pydla.engine.memory import default_memory_limit, format_bytes, tensor_bytes
 from pydla.errors import (
     ModelImportError,
     NotConstantError,
@@ -110,6 +110,10 @@ class ImportContext:
         self.node: OnnxNode | None = None
         # Values created while importing the current node (renamed after its ONNX outputs).
         self.fresh: set[int] = set()
+        # Constants the import computes add up: each is under FOLD_LIMIT_BYTES, their sum
+        # must stay under the build's memory limit (import_model's memory_limit).
+        self.memory_limit = default_memory_limit()
+        self.computed_bytes = 0
 
     # -- names and scopes -------------------------------------------------------------
     def lookup(self, name: str) -> Value | None:
@@ -132,11 +136,23 @@ class ImportContext:
         EyeLike, windows…) beyond the size the importer folds (FOLD_LIMIT_BYTES)."""
         nbytes = tensor_bytes(tuple(shape), dtype.itemsize)
         if nbytes > FOLD_LIMIT_BYTES:
-            where = f"node {self.node.name!r} ({self.node.op_type}): " if self.node else ""
             raise ResourceLimitError(
-                f"{where}{what} would be a build-time constant {list(shape)} of "
+                f"{self._where()}{what} would be a build-time constant {list(shape)} of "
                 f"{format_bytes(nbytes)}, more than the {format_bytes(FOLD_LIMIT_BYTES)} the "
                 "importer computes")
+        self._reserve(nbytes)
+
+    def _where(self) -> str:
+        return f"node {self.node.name!r} ({self.node.op_type}): " if self.node else ""
+
+    def _reserve(self, nbytes: int) -> None:
+        """Count a constant about to be computed against the memory limit."""
+        self.computed_bytes += nbytes
+        if self.computed_bytes > self.memory_limit:
+            raise ResourceLimitError(
+                f"{self._where()}the constants computed at build time would reach "
+                f"{format_bytes(self.computed_bytes)}, more than the build memory limit of "
+                f"{format_bytes(self.memory_limit)} (--buildMemoryLimit raises it)")
 
     def const(self, array: np.ndarray, dtype: DType | None = None, name: str = "const") -> Value:
         arr = np.asarray(array)
@@ -205,6 +221,7 @@ class ImportContext:
         size = sum(tensor_bytes(tuple(s), d.itemsize) for s, d in out_types)
         if size > FOLD_LIMIT_BYTES:
             return None
+        self._reserve(size)
         try:
             arrays = self._run(op, [None if v is None else v.const for v in inputs], inputs, attrs,
                                out_types)
@@ -361,11 +378,13 @@ def model_opset(model: onnx.ModelProto) -> int:
 
 def import_model(model: onnx.ModelProto,
                  shapes: Mapping[str, Sequence[int]] | None = None,
-                 input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
+                 input_values: Mapping[str, np.ndarray] | None = None,
+                 memory_limit: int | None = None) -> Graph:
     """Import ``model`` with every input fixed (``shapes`` overrides the model's dims).
 
     ``input_values`` fixes the value of parameter-like inputs (shape tensors): they become
-    constants and are no longer inputs of the loadable.
+    constants and are no longer inputs of the loadable. The constants the import computes
+    may add up to ``memory_limit`` bytes (default: pydla.engine.memory's default limit).
     """
     shapes = dict(shapes or {})
     input_values = dict(input_values or {})
@@ -374,6 +393,8 @@ def import_model(model: onnx.ModelProto,
     graph = Graph(g.name or "model")
     graph.opset = opset
     ctx = ImportContext(graph, opset)
+    if memory_limit is not None:
+        ctx.memory_limit = memory_limit
     init_names = {t.name for t in g.initializer}
     for t in g.initializer:
         arr, dtype = tensor_to_array(t)
