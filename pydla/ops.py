@@ -36,8 +36,9 @@ INPLACE_SAFE = frozenset({
 # importers). Their inputs, by position (absent optional ones are None): QConv's x is an
 # image and w its (M, C/group, *kernel) weights; QGemm multiplies x (..., M, K) by w
 # (..., K, N). Scales and zero points are per tensor, w's per output channel too; bias is
-# int32 with scale x_scale·w_scale. Attribute ``clip``: a folded Relu/Clip, [lo, hi] in the
-# real domain. Semantics: pydla.backends.cpu.kernels.qlinear_reference.
+# int32 with scale x_scale·w_scale; residual: a folded Add's other operand, of the output's
+# shape. Attribute ``clip``: a folded Relu/Clip, [lo, hi] in the real domain. Semantics:
+# pydla.backends.cpu.kernels.qlinear_reference.
 QUANTIZED_INPUTS = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
-                    "y_scale", "y_zero_point", "bias")
+                    "y_scale", "y_zero_point", "bias", "residual")
 QUANTIZED_LAYERS = frozenset({"QConv", "QGemm"})

@@ -4,14 +4,15 @@ Pattern (onnxruntime's quantize_static QDQ output, and pydla.quantization.insert
 
     DQ(xq) ─┐
     DQ(wq) ─┼─ Conv/Gemm/MatMul ─[Relu | Clip]─[Q ─(only DQs)]
-    DQ(b)? ─┘
+    DQ(b)? ─┘                   └ Add(residual) ─[Relu | Clip]─[Q]
 
 becomes one QConv/QGemm reading xq and wq directly (int32 accumulation), with
 - the bias in int32 at scale x_scale·w_scale (a float bias, or one quantized at another
   scale, is requantized to it: onnxruntime's fusion assumes that scale),
 - the activation as the output clamp (exact: quantization is monotonic),
 - the output: int8/uint8 when a Q follows; float when none does; float computed as
-  DQ(Q(·)) when the Q's output is only dequantized and no foldable layer reads it.
+  DQ(Q(·)) when the Q's output is only dequantized and no foldable layer reads it,
+- a residual Add (then Relu/Clip, then Q) as the epilogue: see ``_residual_output``.
 The x/w DequantizeLinear nodes stay for other readers (eliminate_dead drops them
 otherwise); Q/DQ pairs no layer absorbs run as they are, int8 between them.
 """
@@ -25,7 +26,7 @@ import numpy as np
 from pydla.dtypes import DType
 from pydla.ir import Graph, Node, Value
 from pydla.passes.base import PassContext
-from pydla.passes.patterns import RewritePass, produced_by, refuse
+from pydla.passes.patterns import RewritePass, is_add, other_operand, produced_by, refuse
 from pydla.passes.rewrite import Uses, const_scalar, forward, merge_provenance, place_at
 
 HOSTS = ("Conv", "Gemm", "MatMul")
@@ -101,12 +102,20 @@ class FoldQDQ(RewritePass):
         if transpose:  # Gemm's B transposed: QGemm multiplies by (K, N)
             wq = Value(graph.unique_name(f"{wq.name}_t"), wq.shape[::-1], wq.dtype,
                        const=np.ascontiguousarray(wq.const.T))  # type: ignore[union-attr]
-        chain, clip, out_q, dq_outs = self._output(graph, uses, host)
-        ys = out_q.inputs[1] if out_q is not None else None
-        yzp = out_q.inputs[2] if out_q is not None else None
-        inputs = [x.q, x.scale, x.zero_point, wq, ws, wzp, ys, yzp, bias or None]
         attrs = {k: v for k, v in host.attrs.items()
                  if k in ("strides", "pads", "dilations", "group")}
+        folded = self._residual_output(uses, host)
+        if folded is not None:
+            chain, clip, out_q, residual, residual_attrs = folded
+            dq_outs: list[Value] = []
+            if residual_attrs:
+                attrs["residual"] = residual_attrs
+        else:
+            chain, clip, out_q, dq_outs = self._output(graph, uses, host)
+            residual = None
+        ys = out_q.inputs[1] if out_q is not None else None
+        yzp = out_q.inputs[2] if out_q is not None else None
+        inputs = [x.q, x.scale, x.zero_point, wq, ws, wzp, ys, yzp, bias or None, residual]
         if clip is not None:
             attrs["clip"] = [float(clip[0]), float(clip[1])]
         if dq_outs:
@@ -120,7 +129,9 @@ class FoldQDQ(RewritePass):
         merge_provenance(node, *chain)
         for extra in dq_outs[1:]:
             forward(graph, extra, result)
-        place_at(graph, node, host, chain)
+        # The latest node of the match: a residual may be computed after the host.
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
+        place_at(graph, node, max(chain, key=lambda n: order[id(n)]), chain)
         kind = ("float (dequantized)" if dq_outs else result.dtype.name.lower())
         ctx.note(f"fold_qdq: {' + '.join(n.op for n in chain)} {host.name!r} -> {op} "
                  f"{node.name!r} ({x.q.dtype.name.lower()} in, {kind} out)")
@@ -222,6 +233,42 @@ class FoldQDQ(RewritePass):
             return chain, clip, q, []
         outs.sort(key=lambda v: id(v) not in uses.outputs)  # a graph output keeps its name
         return chain + readers, clip, q, outs
+
+    @staticmethod
+    def _residual_output(uses: Uses, host: Node) -> tuple[
+            list[Node], tuple[float, float] | None, Node | None, Value, dict | None] | None:
+        """host → Add(residual) → [Relu | Clip] → [Q]: the residual Add as the layer's
+        epilogue, before the one rounding. With a Q after, the residual must be a
+        DequantizeLinear of int8 (read as int8 at its scale); without, it is added in float
+        to a float output. None: no such match. A Q/DQ pair between the host and the Add
+        (onnxruntime's QDQ residual block) is not skipped: its clamp at the host's own range
+        changes results by many steps where the host's output saturates."""
+        chain = [host]
+        cur = host.outputs[0]
+        reader = uses.only_user(cur)
+        if not is_add(reader):
+            return None
+        assert reader is not None
+        r = other_operand(reader, cur)
+        if r is None or r.shape != cur.shape or reader.outputs[0].shape != cur.shape or \
+                r.dtype is not DType.FLOAT32:
+            return None
+        chain.append(reader)
+        clip = None
+        nxt = uses.only_user(reader.outputs[0])
+        if nxt is not None and nxt.op in ("Relu", "Clip"):
+            clip = FoldQDQ._activation(nxt)
+            if clip is not None:
+                chain.append(nxt)
+                nxt = uses.only_user(nxt.outputs[0])
+        if nxt is not None and nxt.op == "QuantizeLinear" and FoldQDQ._plain_quantize(nxt):
+            rq = _dequantized(r, const=False)
+            if rq is None:
+                return None
+            attrs = {"scale": float(const_scalar(rq.scale)),  # type: ignore[arg-type]
+                     "zero_point": int(const_scalar(rq.zero_point) or 0)}
+            return chain + [nxt], clip, nxt, rq.q, attrs
+        return chain, clip, None, r, None
 
     @staticmethod
     def _activation(node: Node) -> tuple[float, float] | None:

@@ -126,3 +126,43 @@ def test_weights_quantized_on_another_axis_stay_float():
     assert not changed and "Conv" in ops(g)
     assert any("kept Conv" in line and "per-output-channel" in line for line in ctx.log)
     _check(m, g)
+
+
+def _residual_block(m, add_input: str):
+    """Add a quantized 1x1 side branch of xd and Add(add_input, side) → Relu → Q → DQ."""
+    extra = {"rs": np.array(0.04, np.float32), "rz": np.array(128, np.uint8),
+             "w0": RNG.integers(-127, 128, (6, 4, 1, 1)).astype(np.int8),
+             "s0": np.array(0.02, np.float32), "os": np.array(0.06, np.float32),
+             "oz": np.array(20, np.uint8)}
+    m.graph.node.extend([
+        node("DequantizeLinear", ["w0", "s0"], "w0d"),
+        node("Conv", ["xd", "w0d"], "side"),
+        node("QuantizeLinear", ["side", "rs", "rz"], "sideq"),
+        node("DequantizeLinear", ["sideq", "rs", "rz"], "sided"),
+        node("Add", [add_input, "sided"], "sum"), node("Relu", ["sum"], "sr"),
+        node("QuantizeLinear", ["sr", "os", "oz"], "outq"),
+        node("DequantizeLinear", ["outq", "os", "oz"], "out")])
+    m.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in extra.items())
+    m.graph.output[0].name = "out"
+    return m
+
+
+def test_residual_add_relu_q_folds():
+    """Conv → Add(DQ(r)) → Relu → Q becomes one QConv reading the int8 residual."""
+    m = _residual_block(_qdq_conv(""), "c")
+    g, _, _ = _folded(m)
+    assert ops(g) == ["QuantizeLinear", "QConv", "QConv", "DequantizeLinear"], ops(g)
+    fused = g.nodes[2]
+    assert fused.attrs["residual"] == {"scale": np.float32(0.04).item(), "zero_point": 128}
+    assert fused.inputs[9] is g.nodes[1].outputs[0]  # the int8 residual, read as int8
+    _check(m, g, step=0.06)
+
+
+def test_residual_block_with_qdq_between_keeps_the_add():
+    """onnxruntime's QDQ residual block (Conv → Q → DQ → Add) keeps its Add: the Q clamps
+    the conv's output to its own range first, which one rounding would skip."""
+    m = _residual_block(_qdq_conv("q"), "yd")
+    g, _, _ = _folded(m)
+    assert ops(g) == ["QuantizeLinear", "QConv", "QConv", "Add", "Relu", "QuantizeLinear",
+                      "DequantizeLinear"], ops(g)
+    _check(m, g, step=0.06)

@@ -105,3 +105,23 @@ def test_nonzero_weight_zero_point_runs_the_reference():
     arrays = [None if a is None else _ro(a) for a in [x, xs, xz, w, ws, wz, ys, yz, b]]
     want = _run("QGemm", arrays, (3, n), DType.UINT8, {}, "reference")
     np.testing.assert_array_equal(_run("QGemm", arrays, (3, n), DType.UINT8, {}, "int8"), want)
+
+
+@pytest.mark.parametrize("out", ["uint8", "float"])
+def test_residual_epilogue_matches_reference(isa_path, out):
+    n, shape = 16, (1, 16, 6, 6)
+    x = RNG.integers(0, 256, (1, 8, 6, 6)).astype(np.uint8)
+    w = RNG.integers(-128, 128, (n, 8, 1, 1)).astype(np.int8)
+    xs, xz, ws, wz, ys, yz, b = _params(np.uint8, n, out)
+    attrs = {"pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1], "group": 1,
+             "clip": [0.0, float("inf")]}
+    if out == "uint8":
+        residual = RNG.integers(0, 256, shape).astype(np.uint8)
+        attrs["residual"] = {"scale": 0.03, "zero_point": 100}
+    else:
+        residual = RNG.standard_normal(shape).astype(np.float32)
+    arrays = [None if a is None else _ro(a) for a in [x, xs, xz, w, ws, wz, ys, yz, b]]
+    arrays.append(residual)
+    want = _run("QConv", arrays, shape, OUT_TYPES[out], attrs, "reference")
+    got = _run("QConv", arrays, shape, OUT_TYPES[out], attrs, "int8")
+    np.testing.assert_array_equal(got, want)

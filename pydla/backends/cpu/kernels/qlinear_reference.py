@@ -9,6 +9,9 @@ real domain: quantizing its bounds is exact because quantization is monotonic).
 Outputs: int8/uint8 (requantized), int32 (the raw accumulator: ConvInteger/MatMulInteger),
 or float — requantized then dequantized when ``y_scale`` is given (a layer whose int8 output
 only fed DequantizeLinear), else ``float32(acc) * x_scale * w_scale[n]``.
+A folded residual Add (input ``residual``) is added before the clamp: in float32 to a float
+output; to a quantized output as ``float32(r - r_zp) * float32(r_scale / y_scale)`` before
+the one rounding (attribute ``residual`` = {scale, zero_point}), as the int8 kernels do.
 
 The fast tactics (pydla.backends.cpu.kernels.int8) are tested against these.
 """
@@ -27,7 +30,7 @@ from pydla.errors import KernelError
 from pydla.ops import QUANTIZED_INPUTS
 
 Inputs = Sequence[np.ndarray | None]
-X, X_SCALE, X_ZP, W, W_SCALE, W_ZP, Y_SCALE, Y_ZP, BIAS = range(len(QUANTIZED_INPUTS))
+X, X_SCALE, X_ZP, W, W_SCALE, W_ZP, Y_SCALE, Y_ZP, BIAS, RESIDUAL = range(len(QUANTIZED_INPUTS))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -88,8 +91,11 @@ class _Output:
         ws = _per_channel(w_scale, self.channels, "w_scale", self.spec).astype(np.float32)
         mult = np.float32(x_scale.reshape(-1)[0]) * ws
         shape = self._shape(acc.ndim)
+        residual = inputs[RESIDUAL] if len(inputs) > RESIDUAL else None
         if y_scale is None:
             real = acc.astype(np.float32) * mult.reshape(shape if mult.size > 1 else ())
+            if residual is not None:  # a float residual Add, before the activation
+                real += residual.reshape(real.shape)
             if self.clip is not None:
                 np.clip(real, np.float32(self.clip[0]), np.float32(self.clip[1]), out=real)
             np.copyto(out, real, casting="unsafe")
@@ -101,7 +107,13 @@ class _Output:
             y_zp.dtype if y_zp is not None else np.dtype(np.uint8))
         lo, hi = quantized_bounds(self.clip, np.iinfo(qtype), ys, zp)
         scale = (mult / ys).astype(np.float32)
-        q = np.rint(acc.astype(np.float32) * scale.reshape(shape if scale.size > 1 else ()))
+        q = acc.astype(np.float32) * scale.reshape(shape if scale.size > 1 else ())
+        if residual is not None:  # an int8 residual at its own scale: one rounding
+            rq = self.spec.attrs["residual"]
+            r_scale = np.float32(np.float32(rq["scale"]) / ys)
+            q += (residual.reshape(q.shape).astype(np.float32)
+                  - np.float32(rq["zero_point"])) * r_scale
+        q = np.rint(q)
         q += np.float32(zp)
         np.clip(q, lo, hi, out=q)
         if self.dtype.kind in "iu":

@@ -19,6 +19,7 @@ from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu.kernels import int8
 from pydla.backends.cpu.kernels.qlinear_reference import (
     BIAS,
+    RESIDUAL,
     W_SCALE,
     W_ZP,
     X_SCALE,
@@ -80,7 +81,9 @@ def _requant(spec: LayerSpec, inputs: Inputs, n: int) -> int8.Requant | None:
     qtype = np.dtype(y.np) if y in (DType.UINT8, DType.INT8) else (
         y_zp.dtype if y_zp is not None else np.dtype(np.uint8))
     lo, hi = quantized_bounds(clip, np.iinfo(qtype), ys, zp)
-    return int8.Requant(a_zp, bias, (mult / ys).astype(np.float32), zp, lo, hi, qtype)
+    res = spec.attrs.get("residual") or {"scale": ys, "zero_point": 0}
+    return int8.Requant(a_zp, bias, (mult / ys).astype(np.float32), zp, lo, hi, qtype,
+                        int(res["zero_point"]), float(np.float32(res["scale"]) / ys))
 
 
 class _Int8Layer(PreboundKernel):
@@ -116,15 +119,20 @@ class _Int8Layer(PreboundKernel):
         if rq is None or not x.flags.c_contiguous or not out.flags.c_contiguous:
             return lambda: self.reference(inputs, outputs)
         packed = self._weights(w)
+        residual = inputs[RESIDUAL] if len(inputs) > RESIDUAL else None
+        if residual is not None and not residual.flags.c_contiguous:
+            return lambda: self.reference(inputs, outputs)
         dequantize = out.dtype.kind == "f" and inputs[Y_SCALE] is not None
         target = np.empty(out.shape, rq.out_dtype) if dequantize else out
         if self.spec.op == "QConv":
             a = self.spec.attrs
             call = int8.bind_qconv2d(x, packed, rq, a["strides"], _pads(a["pads"]),
-                                     a["dilations"], target, name=self.spec.name)
+                                     a["dilations"], target, residual, name=self.spec.name)
         else:
             rows = x.reshape(-1, x.shape[-1])
-            call = int8.bind_qgemm(rows, packed, rq, target.reshape(-1, n), name=self.spec.name)
+            call = int8.bind_qgemm(rows, packed, rq, target.reshape(-1, n),
+                                   None if residual is None else residual.reshape(-1, n),
+                                   name=self.spec.name)
         if not dequantize:
             return call
         ys, zp = np.float32(_scalar(inputs[Y_SCALE])), np.float32(rq.y_zero_point)

@@ -123,3 +123,19 @@ def import_qgemm(ctx: ImportContext, node: OnnxNode) -> list[Value]:
         else DType.FLOAT32
     return int8_layer(ctx.emit("QGemm", [a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp,
                                          bias], {}, out_types=[((a.shape[0], n), out)]))
+
+
+@onnx_op(MS + "QLinearSoftmax", since=1)
+def import_qlinear_softmax(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    """Softmax's ``opset`` attribute picks its axis semantics (before 13: the whole tail)."""
+    x, x_scale, y_scale = _required(ctx, node, 0, 1, 3)
+    fx = _dq(ctx, x, x_scale, node.input(2))
+    rank = len(x.shape)
+    single = int(node.attrs.get("opset", 13)) >= 13
+    axis = int(node.attrs.get("axis", -1 if single else 1))
+    if not -rank <= axis < rank:
+        raise ctx.error(f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    axes = [axis] if single else list(range(axis, rank))
+    y = ctx.emit("Softmax", [fx], {"axes": axes}, out_types=[(x.shape, DType.FLOAT32)])[0]
+    return _q(ctx, y, y_scale, node.input(4))
