@@ -42,6 +42,7 @@ from pydla.loadable.program import (
     Program,
     TensorInfo,
 )
+from pydla.loadable.validate import check_layer
 
 _MAX_ATTR_DEPTH = 6
 
@@ -186,6 +187,8 @@ class _Validator:
         self.dataflow(tensors, layers, inputs, outputs)
         self.aliases(tensors, layers)
         self.arena_overlaps(tensors, layers, inputs)
+        for lay in layers:  # each layer is the computation its kernels assume
+            check_layer(lay, tensors, self.meta_offset)
         return Program(version=(major, minor), producer=producer, target=target, tensors=tensors,
                        layers=layers, inputs=inputs, outputs=outputs, arena_bytes=arena,
                        weights=self.weights, build=build)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import mmap
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,3 +233,82 @@ def test_absent_first_input_fails_at_load(loadable: bytes) -> None:
     meta["layers"][1]["inputs"] = [-1]
     with pytest.raises(LoadableError, match="relu1"):
         LoadedModule(resign(loadable, meta))
+
+
+# -- layer contracts (pydla.loadable.validate): shapes re-derived from each op's rule ---------
+
+SEEDS = Path(__file__).resolve().parents[1] / "fuzz" / "seeds"
+
+
+def _layer(meta: dict, op: str) -> dict:
+    return next(lay for lay in meta["layers"] if lay["op"] == op)
+
+
+def _contracts():
+    """(seed, mutate(meta), expected path and reason fragment): each leaves sizes and
+    offsets valid (the tensors fit their buffers) but the layer is not its op's."""
+    def rewire(m):  # the defect measured in issue 29: an input of another shape
+        m["layers"][2]["inputs"][0] = next(i for i, t in enumerate(m["tensors"])
+                                           if t["name"] == "b1")
+
+    yield "rewired input", None, rewire, r"layers\[2\]\.outputs\[0\].*makes \(3, 8\)"
+    yield "conv pads", "conv_net", lambda m: _layer(m, "Conv")["attrs"].__setitem__(
+        "pads", [0, 0, 0, 0]), r"layers\[0\]\..*\(1, 1, 6, 6, 16\)"
+    yield "conv stride 0", "conv_net", lambda m: _layer(m, "Conv")["attrs"].__setitem__(
+        "strides", [0, 1]), r"layers\[0\]\.attrs\.strides"
+    yield "pool dilation 0", "conv_net", lambda m: _layer(m, "MaxPool")["attrs"].__setitem__(
+        "dilations", [0, 1]), r"attrs\.dilations"
+    yield "epilogue shape", "conv_net", lambda m: _layer(m, "Conv")["attrs"]["epilogue"][
+        "program"][0].__setitem__("shape", [1, 16, 8, 8]), r"epilogue\.program\[0\]\.shape"
+    yield "gemm transB", "conv_net", lambda m: _layer(m, "Gemm")["attrs"].__setitem__(
+        "transB", 0), r"inner dimensions"
+    yield "reorder channels", "conv_net", lambda m: _layer(m, "Reorder")["attrs"].__setitem__(
+        "channels", 32), r"attrs|inputs\[0\]"
+    yield "matmul operands", "attention", lambda m: _layer(m, "MatMul")["inputs"].reverse(), \
+        r"inner dimensions|before it is written"
+    yield "transpose perm", "attention", lambda m: _layer(m, "Transpose")["attrs"].__setitem__(
+        "perm", [0, 1, 1]), r"attrs\.perm.*not a permutation"
+    yield "softmax axis", "attention", lambda m: _layer(m, "Softmax")["attrs"].__setitem__(
+        "axes", [3]), r"attrs\.axes"
+    yield "layernorm scale", "attention", lambda m: _layer(
+        m, "LayerNormalization")["inputs"].__setitem__(1, 1), r"inputs\[1\].*\(8, 8\)"
+    yield "reduce keepdims", "attention", lambda m: _layer(m, "ReduceMean")["attrs"].__setitem__(
+        "keepdims", 0), r"outputs\[0\].*\(2, 5\)"
+    yield "concat axis", "shapes", lambda m: _layer(m, "Concat")["attrs"].__setitem__(
+        "axis", 2), r"does not concatenate"
+    yield "split sizes", "shapes", lambda m: _layer(m, "Split")["attrs"].__setitem__(
+        "split", [4, 12]), r"outputs\[0\]"
+    yield "slice ends", "shapes", lambda m: _layer(m, "Slice")["attrs"].__setitem__(
+        "ends", [2, 2**63]), r"attrs\.ends"
+    yield "pad", "shapes", lambda m: _layer(m, "Pad")["attrs"].__setitem__(
+        "pads", [0, 2, 0, 1]), r"outputs\[0\]"
+    yield "gather axis", "shapes", lambda m: _layer(m, "Gather")["attrs"].__setitem__(
+        "axis", 1), r"outputs\[0\]"
+    yield "pointwise register", "shapes", lambda m: _layer(m, "Pointwise")["attrs"][
+        "program"][0].__setitem__("in", [0, 9]), r"program\[0\]\.in"
+    yield "resize scale", "resize_pointwise", lambda m: _layer(m, "Resize")["attrs"].__setitem__(
+        "scales", [1.0, 1.0, 3.0, 2.0]), r"dim 2"
+    yield "attr inf", "resize_pointwise", lambda m: _layer(m, "AveragePool")[
+        "attrs"].__setitem__("strides", [float("inf"), 1]), r"attrs\.strides"
+
+
+@pytest.mark.parametrize("case", list(_contracts()), ids=lambda c: c[0])
+def test_layer_contracts_are_proved(loadable: bytes, case) -> None:
+    _, seed, mutate, pattern = case
+    data = loadable if seed is None else (SEEDS / f"{seed}.pdla").read_bytes()
+    meta = meta_of(data)
+    read_loadable(data, OPS)  # the seed itself passes
+    mutate(meta)
+    with pytest.raises(LoadableError, match=pattern):
+        read_loadable(resign(data, meta), OPS)
+
+
+def test_every_compiled_tactic_has_a_shape_rule() -> None:
+    """Ops without a rule must run numpy-only kernels (bounds-checked by numpy); every op a
+    compiled tactic can run is proved by a rule before binding."""
+    from pydla.backends.cpu.registry import TACTICS
+    from pydla.loadable.validate import BIND_CHECKED, RULES
+
+    assert sorted(op for op in TACTICS if op not in RULES and op not in BIND_CHECKED) == []
+    compiled_kernels = {"Reorder", "Conv", "MatMul", "Gemm", "LSTM"}  # @kernel with numba
+    assert compiled_kernels <= set(RULES)
