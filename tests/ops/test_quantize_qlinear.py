@@ -116,3 +116,23 @@ def test_qlinearconv_per_channel_scale_length_refused():
             init.CopyFrom(helper.make_tensor("ws", 1, [3], [0.1, 0.2, 0.3]))
     with pytest.raises(ModelImportError, match="'ws' has 3 elements; expected 1 or 8"):
         run_pydla(model, {"x": _q((1, 6, 5, 5), np.uint8)})
+
+
+@pytest.mark.parametrize("dtype,opset,axis,shape", [
+    (np.uint8, 13, -1, (3, 10)), (np.int8, 13, 1, (2, 7, 3)), (np.uint8, 1, 1, (2, 3, 4))])
+def test_com_microsoft_qlinear_softmax_exact(dtype, opset, axis, shape):
+    from onnx import TensorProto, numpy_helper
+
+    elem = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"],
+                            domain="com.microsoft", axis=axis, opset=opset)
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "xs"),
+             numpy_helper.from_array(np.array(3, dtype), "xz"),
+             numpy_helper.from_array(np.array(1 / 256, np.float32), "ys"),
+             numpy_helper.from_array(np.array(0 if dtype == np.uint8 else -128, dtype), "yz")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    check_against_ort(model, {"x": _q(shape, dtype)})

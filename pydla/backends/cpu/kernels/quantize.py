@@ -1,4 +1,5 @@
-"""CPU kernels of linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear).
+"""CPU kernels of linear quantization (QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear)
+and onnxruntime's QLinearSoftmax.
 
 Quantization rounds half to even (``np.rint``) and saturates to the target's range. The
 work is done in float32 (float64 when the importer asks for it): zero points and quantized
@@ -7,6 +8,7 @@ values of at most 16 bits are exact there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -96,5 +98,49 @@ def bind_dynamic_quantize(spec: LayerSpec) -> RunFn:
         np.copyto(outputs[0], q, casting="unsafe")
         outputs[1][...] = scale
         outputs[2][...] = zero_point
+
+    return run
+
+
+def _softmax_table(x_scale: float, reduce_len: int, signed: bool) -> np.ndarray:
+    """onnxruntime's exp table: exp((i - 255 + shift)·x_scale) in double, stored as float32,
+    where the shift keeps a row's sum of at most ``reduce_len`` values finite."""
+    shift = math.log(float(np.finfo(np.float32).max) / reduce_len)
+    shift = max(0.0, shift - 5.0) / x_scale
+    table = np.empty(256, np.float32)
+    for i in range(256):
+        table[(i - 128) % 256 if signed else i] = math.exp((i - 255 + shift) * x_scale)
+    return table
+
+
+@kernel("QLinearSoftmax")
+def bind_qlinear_softmax(spec: LayerSpec) -> RunFn:
+    """com.microsoft QLinearSoftmax exactly as onnxruntime computes it (its quirks included:
+    a lookup table of exp shifted by the row's maximum, a sequential float32 sum, the
+    output scale taken as floor(1 / y_scale), x_zero_point unused)."""
+    shape = spec.inputs[0].shape  # type: ignore[union-attr]
+    axes = [int(a) for a in spec.attrs["axes"]]
+    signed = spec.inputs[0].dtype is DType.INT8  # type: ignore[union-attr]
+    reduce_len = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+    last = list(range(len(shape) - len(axes), len(shape)))
+
+    def run(inputs: Inputs, outputs: Outputs) -> None:
+        x, x_scale, y_scale, y_zp = inputs[0], inputs[1], inputs[3], inputs[4]
+        table = _softmax_table(float(x_scale.reshape(-1)[0]), reduce_len, signed)
+        moved = np.moveaxis(x, axes, last)
+        rows = moved.reshape(-1, reduce_len).astype(np.int32)
+        top = rows.max(axis=1, keepdims=True)
+        index = (rows + (127 - top)) % 256 if signed else rows + (255 - top)
+        vt = table[index]
+        vsum = np.add.accumulate(vt, axis=1, dtype=np.float32)[:, -1:]
+        scale = np.float32(math.floor(np.float32(1.0) / np.float32(y_scale.reshape(-1)[0])))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vq = np.rint((vt * scale) / vsum)
+        vq = np.where(vsum > 0, vq, 0).astype(np.int64)
+        if y_zp is not None:
+            vq += int(y_zp.reshape(-1)[0])
+        vq = np.where(vq > 255, 255, vq)  # the only clamp onnxruntime applies
+        y = vq.astype(np.uint8 if not signed else np.int64).astype(outputs[0].dtype)
+        np.copyto(outputs[0], np.moveaxis(y.reshape(moved.shape), last, axes))
 
     return run

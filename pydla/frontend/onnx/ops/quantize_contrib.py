@@ -1,9 +1,10 @@
 """Importers of onnxruntime's quantized contrib ops (domain com.microsoft), which
 ``quantize_static(quant_format=QOperator)`` writes around QLinearConv/QLinearMatMul.
 
-QGemm is an int8 layer (QGemm, B transposed at build time). The pointwise, pooling and
-concat ops run as DequantizeLinear → float op → QuantizeLinear, which is how onnxruntime
-defines them (its kernels compute in float and requantize). Their schemas are not in
+QGemm is an int8 layer (QGemm, B transposed at build time); QLinearSoftmax a layer of its
+own (onnxruntime's table arithmetic). The pointwise, pooling and concat ops run as
+DequantizeLinear → float op → QuantizeLinear, which is how onnxruntime defines them (its
+kernels compute in float and requantize). Their schemas are not in
 onnx.defs, so every output type is given here.
 """
 
@@ -127,9 +128,16 @@ def import_qgemm(ctx: ImportContext, node: OnnxNode) -> list[Value]:
 
 @onnx_op(MS + "QLinearSoftmax", since=1)
 def import_qlinear_softmax(ctx: ImportContext, node: OnnxNode) -> list[Value]:
-    """Softmax's ``opset`` attribute picks its axis semantics (before 13: the whole tail)."""
+    """Softmax's ``opset`` attribute picks its axis semantics (before 13: the whole tail).
+    Its own layer: onnxruntime's table-based arithmetic is not DQ → Softmax → Q's."""
     x, x_scale, y_scale = _required(ctx, node, 0, 1, 3)
-    fx = _dq(ctx, x, x_scale, node.input(2))
+    x_zp, y_zp = node.input(2), node.input(4)
+    check_int8_operand(ctx, x, x_zp)
+    if y_zp is not None and y_zp.dtype is not x.dtype:
+        raise ctx.error(f"y_zero_point {y_zp.name!r} must be {x.dtype.name.lower()} like x")
+    for v in (x_scale, y_scale):
+        if v.size != 1 or v.dtype is not DType.FLOAT32:
+            raise ctx.error(f"{v.name!r} must be one float32 value")
     rank = len(x.shape)
     single = int(node.attrs.get("opset", 13)) >= 13
     axis = int(node.attrs.get("axis", -1 if single else 1))
@@ -137,5 +145,5 @@ def import_qlinear_softmax(ctx: ImportContext, node: OnnxNode) -> list[Value]:
         raise ctx.error(f"axis {axis} is out of range for rank {rank}")
     axis %= rank
     axes = [axis] if single else list(range(axis, rank))
-    y = ctx.emit("Softmax", [fx], {"axes": axes}, out_types=[(x.shape, DType.FLOAT32)])[0]
-    return _q(ctx, y, y_scale, node.input(4))
+    return ctx.emit("QLinearSoftmax", [x, x_scale, x_zp, y_scale, y_zp], {"axes": axes},
+                    out_types=[(x.shape, x.dtype)])
