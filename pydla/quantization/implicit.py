@@ -11,6 +11,7 @@ layer fusion, so caches move between trtexec and pydla (tensors one side lacks a
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,7 +90,10 @@ def _ranges(graph: Graph, options: Int8Options, algorithm: str,
         ctx.note(f"int8: {options.cache!r} holds {cache.algorithm} scales, --calibAlgo="
                  f"{options.algorithm} needs {algorithm}: calibrating again")
     source = _source(graph, options)
+    start = time.perf_counter()
     ranges = calibrate(graph, source, options)
+    ctx.note(f"int8: {algorithm} calibration of {len(ranges)} tensors on {source.describe} "
+             f"in {time.perf_counter() - start:.1f} s")
     if options.cache:
         write_cache(options.cache, algorithm, {k: float(activation_scale(r))
                                                for k, r in ranges.items()})
