@@ -18,6 +18,7 @@ from pydla.passes.fold_batchnorm import FoldBatchNorm
 from pydla.passes.fold_constants import FoldConstants
 from pydla.passes.fold_pad import FoldPad
 from pydla.passes.fold_qdq import FoldQDQ
+from pydla.passes.fold_qdq_moves import FoldQDQMoves
 from pydla.passes.fuse_pointwise import FuseEpilogue, FusePointwise
 from pydla.passes.manager import PassManager
 from pydla.passes.matmul_to_gemm import MatMulToGemm
@@ -30,6 +31,7 @@ def default_passes() -> list[Pass]:
     return [
         EliminateDead(),
         EliminateIdentity(),
+        FoldQDQMoves(),
         FoldQDQ(),
         FoldConstants(),
         EliminateCommonSubexpressions(),

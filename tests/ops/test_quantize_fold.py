@@ -166,3 +166,30 @@ def test_residual_block_with_qdq_between_keeps_the_add():
     assert ops(g) == ["QuantizeLinear", "QConv", "QConv", "Add", "Relu", "QuantizeLinear",
                       "DequantizeLinear"], ops(g)
     _check(m, g, step=0.06)
+
+
+def test_maxpool_between_qdq_runs_on_int8():
+    """Conv → Q → DQ → MaxPool → Q(same) → DQ → Conv: MaxPool reads and writes int8 and both
+    convolutions keep int8 tensors."""
+    from pydla.passes.fold_qdq_moves import FoldQDQMoves
+
+    m = _qdq_conv("relu_q")
+    extra = {"w2": RNG.integers(-127, 128, (3, 6, 1, 1)).astype(np.int8),
+             "s2": np.array(0.01, np.float32)}
+    m.graph.node.extend([node("MaxPool", ["yd"], "mp", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),
+                         node("QuantizeLinear", ["mp", "ys", "yz"], "mpq"),
+                         node("DequantizeLinear", ["mpq", "ys", "yz"], "mpd"),
+                         node("DequantizeLinear", ["w2", "s2"], "w2d"),
+                         node("Conv", ["mpd", "w2d"], "z")])
+    m.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in extra.items())
+    m.graph.output[0].name = "z"
+    del m.graph.output[0].type.tensor_type.shape.dim[:]
+    g = imported(m)
+    ctx = PassContext()
+    apply(g, FoldQDQMoves(), FoldQDQ(), EliminateDead(), ctx=ctx)
+    assert ops(g) == ["QuantizeLinear", "QConv", "MaxPool", "QConv"], ops(g)
+    assert g.nodes[2].inputs[0].dtype.name == "UINT8" and g.nodes[2].precision == "int8"
+    feeds = feeds_for(m, scale=2.0)
+    np.testing.assert_allclose(run_graph(g, feeds)[0], run_ort(m, feeds)[0], rtol=1e-4,
+                               atol=1e-4)

@@ -1,0 +1,65 @@
+"""Run data movement between a DequantizeLinear and a QuantizeLinear of the same
+parameters on the int8 tensor itself: DQ(q) → MaxPool/Reshape/Transpose/… → Q becomes the
+op on q, writing the Q's output (onnxruntime's QDQ transformer drops such pairs too).
+
+Exact: these ops only select, reorder or take the maximum of elements, quantization is
+monotonic and Q(DQ(q)) = q for equal parameters. Runs before fold_qdq, so that a
+convolution whose int8 output feeds such an op keeps its int8 output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pydla.ir import Graph, Node
+from pydla.passes.base import PassContext
+from pydla.passes.patterns import RewritePass, produced_by
+from pydla.passes.rewrite import Uses, merge_provenance, place_at
+
+MOVES = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
+                   "Unsqueeze", "DepthToSpace", "SpaceToDepth", "Slice"})
+
+
+def _same_parameters(dq: Node, q: Node) -> bool:
+    """Both per tensor, with equal constant scales and zero points (absent = 0)."""
+    pairs = [(dq.inputs[1], q.inputs[1]), (dq.inputs[2] if len(dq.inputs) > 2 else None,
+                                            q.inputs[2] if len(q.inputs) > 2 else None)]
+    for i, (a, b) in enumerate(pairs):
+        va = None if a is None else a.const
+        vb = None if b is None else b.const
+        if (a is not None and va is None) or (b is not None and vb is None):
+            return False
+        if i == 0 and (va is None or vb is None or va.size != 1 or vb.size != 1):
+            return False
+        za = np.zeros(1) if va is None else va.reshape(-1)
+        zb = np.zeros(1) if vb is None else vb.reshape(-1)
+        if za.size != 1 or zb.size != 1 or za[0] != zb[0]:
+            return False
+    return True
+
+
+class FoldQDQMoves(RewritePass):
+    name = "fold_qdq_moves"
+    ensures = ("int8_data_movement",)
+
+    def rewrite(self, graph: Graph, uses: Uses, node: Node, ctx: PassContext) -> bool:
+        if node.op not in MOVES or len(node.outputs) != 1 or not node.inputs:
+            return False
+        dq = produced_by(node.inputs[0], "DequantizeLinear")
+        q = uses.only_user(node.outputs[0])
+        if dq is None or q is None or q.op != "QuantizeLinear" or \
+                int(q.attrs.get("block_size", 0)) or int(dq.attrs.get("block_size", 0)):
+            return False
+        source = dq.inputs[0]
+        if source is None or source.dtype is not q.outputs[0].dtype or \
+                not _same_parameters(dq, q):
+            return False
+        moved = Node(node.op, graph.unique_node_name(node.name), [source, *node.inputs[1:]],
+                     [q.outputs[0]], dict(node.attrs))
+        moved.fused_from = []
+        moved.precision = "int8"
+        merge_provenance(moved, node, q)
+        place_at(graph, moved, q, [node, q])
+        ctx.note(f"fold_qdq_moves: {node.op} {node.name!r} runs on the int8 tensor "
+                 f"{source.name!r}")
+        return True
