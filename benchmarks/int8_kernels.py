@@ -11,7 +11,7 @@ the engines are:
   MatMul), prebound as the executor does;
 - ``ort_int8``: onnxruntime running a one-node QLinearConv / QLinearMatMul model of the same
   shape (uint8 × int8 → uint8; per-channel weight scales for the conv) through an IO binding,
-  with as many intra-op threads as cores.
+  with as many intra-op threads as pydla uses (--threads, default the cores).
 
 The machine is shared: engines alternate in rounds (benchmarks.timing.alternate) so that
 other tenants' load falls on all of them alike, and each figure is the better median of two
@@ -20,7 +20,7 @@ also compared with onnxruntime's (``max_diff_vs_ort``, in output steps: the two 
 same float32 products, so 0 is expected for uint8 activations). Results go to
 benchmarks/results/int8_kernels.json.
 
-    python -m benchmarks.int8_kernels [--quick] [--seconds S] [--out PATH]
+    python -m benchmarks.int8_kernels [--quick] [--seconds S] [--threads N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from benchmarks.conv_layers import Layer, ort_session, pydla_runner, tactics_for
+from benchmarks.conv_layers import Layer, pydla_runner, tactics_for
 from benchmarks.timing import alternate
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu import threads
@@ -137,7 +137,12 @@ def ort_runner(model: onnx.ModelProto, x: np.ndarray,
                y_shape: tuple[int, ...]) -> tuple[Callable[[], None], np.ndarray]:
     import onnxruntime as ort  # noqa: PLC0415
 
-    sess = ort_session(model)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads.num_threads()  # as many as pydla's engines use
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
     out = np.empty(y_shape, np.uint8)
     binding = sess.io_binding()
     binding.bind_cpu_input("x", x)
@@ -245,8 +250,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="four shapes only")
     parser.add_argument("--seconds", type=float, default=4.0,
                         help="timed seconds per engine and shape (two passes)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads of every engine (default: the cores); on a crowded "
+                             "machine a 2-thread fork-join waits for its slower thread")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    threads.set_num_threads(args.threads)
     threads.configure()
     shapes: list[Layer | Gemm] = QUICK if args.quick else [*CONVS, *GEMMS]
     rows = []

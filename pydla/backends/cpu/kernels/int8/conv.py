@@ -150,6 +150,15 @@ def conv_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.ndarray
                     break
                 n = g * per + nl
                 plane = (img * out.shape[1] + n) * out.shape[2]
+                if wq == ow:  # no dropped columns (1×1, no padding): one span
+                    s1 = min(q0 + vc, q_end)
+                    for c in range(q0, s1, LANES):
+                        requant(out_kind, res_kind, acc.ctypes.data + 4 * (r * vc + c - q0),
+                                corr.ctypes.data + 4 * n, scale.ctypes.data + 4 * n, 0,
+                                out.ctypes.data + (plane + c) * out.itemsize,
+                                min(LANES, s1 - c), zp, lo, hi,
+                                res.ctypes.data + (plane + c) * res.itemsize, r_zp, r_scale)
+                    continue
                 oy = q0 // wq
                 while oy < oh and oy * wq < q0 + vc:
                     s0 = max(q0, oy * wq)
