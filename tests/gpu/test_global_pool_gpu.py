@@ -68,3 +68,43 @@ def test_global_pool_candidates(monkeypatch, shape, op, tactic, half):
         want[:, 0] = np.nan
     np.testing.assert_allclose(got, want, rtol=2e-3 if half else 1e-5,
                                atol=2e-3 if half else 1e-5, equal_nan=True)
+
+
+def _reduce_model(op: str, shape: tuple[int, int, int, int], keepdims: int) -> onnx.ModelProto:
+    n, c = shape[:2]
+    out = [n, c, 1, 1] if keepdims else [n, c]
+    inits = [onnx.numpy_helper.from_array(np.eye(c, dtype=np.float32).reshape(c, c, 1, 1), "w")]
+    if op == "ReduceSum":  # axes an input from opset 13
+        inits.append(onnx.numpy_helper.from_array(np.array([2, 3], np.int64), "axes"))
+        reduce = helper.make_node(op, ["a", "axes"], ["y"], keepdims=keepdims, name="pool")
+    else:
+        reduce = helper.make_node(op, ["a"], ["y"], axes=[2, 3], keepdims=keepdims, name="pool")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["a"], name="conv"), reduce],  # conv: NHWC
+        "reduce", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shape", [(1, 32, 96, 96), (2, 24, 37, 41)])
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceSum"])
+@pytest.mark.parametrize("tactic", ["pool-thread", "pool-block", "pool-split"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_spatial_reduce_candidates(monkeypatch, shape, op, tactic, keepdims):
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    _forced(monkeypatch, tactic)
+    data = build(_reduce_model(op, shape, keepdims), BuildOptions(target="cuda"))
+    module = LoadedModule(data, CudaBackend())
+    summary = module.bound.summary()
+    if summary["tactics"].get("pool") != tactic:
+        module.bound.close()
+        assert tactic == "pool-split", summary
+        pytest.skip(f"no split candidate for {shape}")
+    got = module.run([x])[0].astype(np.float64)
+    module.bound.close()
+    fn = {"ReduceMean": np.mean, "ReduceMax": np.max, "ReduceSum": np.sum}[op]
+    want = fn(x.astype(np.float64), axis=(2, 3), keepdims=bool(keepdims))
+    # The 1x1 conv that keeps the map channels-last runs in TF32 (10-bit mantissa): each
+    # element is off by up to 2^-11 relative, a sum by about that times sqrt(H*W).
+    atol = 2e-3 * (np.sqrt(shape[2] * shape[3]) if op == "ReduceSum" else 1)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=atol)

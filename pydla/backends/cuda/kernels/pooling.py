@@ -121,7 +121,7 @@ extern "C" __global__ void global_pool(const TX* __restrict__ x, TY* __restrict_
 #pragma unroll
       for (int j = 0; j < VEC; ++j) acc[j] = pool_step(acc[j], v[j]);
     }
-    if (!IS_MAX) {
+    if (MEAN) {
 #pragma unroll
       for (int j = 0; j < VEC; ++j) acc[j] *= (1.f / HW);
     }
@@ -174,7 +174,7 @@ extern "C" __global__ void global_pool_block(const TX* __restrict__ x, TY* __res
     for (int j = 0; j < VEC; ++j) partial[((i64)n * SPLIT + split) * C + cv * VEC + j] = acc[j];
     return;
   }
-  if (!IS_MAX) {
+  if (MEAN) {
 #pragma unroll
     for (int j = 0; j < VEC; ++j) acc[j] *= (1.f / HW);
   }
@@ -190,7 +190,7 @@ extern "C" __global__ void global_pool_finish(const float* __restrict__ partial,
     const int n = (int)(t / C);
     float acc = pool_init();
     for (int s = 0; s < SPLIT; ++s) acc = pool_step(acc, partial[((i64)n * SPLIT + s) * C + c]);
-    if (!IS_MAX) acc *= (1.f / HW);
+    if (MEAN) acc *= (1.f / HW);
     y[t] = (TY)acc;
   }
 }
@@ -221,23 +221,31 @@ def bind_global_pool(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     if x.layout != NHWC:
         raise KernelError(layer.name, layer.op, "the CUDA backend pools 2-D channels-last "
                           "tensors only")
+    is_max = layer.op == "GlobalMaxPool"
+    return spatial_candidates(ctx, layer, x, out, is_max=is_max, mean=not is_max)
+
+
+def spatial_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
+                       is_max: bool, mean: bool, prefix: str = "") -> list[Candidate]:
+    """Candidates reducing an NHWC [N, C, H, W] tensor over H and W into N·C contiguous
+    values (a global pool, or ReduceMax/Mean/Sum over H, W): max, mean or sum; their names
+    start with ``prefix``."""
     n, c, h, w = x.shape
-    # [N, C, 1, 1] is stored the same channels-last or row-major.
     vec = vec_width(c, itemsize=x.dtype.itemsize)
     values = {"TX": c_type(x.dtype, layer.name), "TY": c_type(out.dtype, layer.name),
-              "VEC": vec, "N": n, "C": c, "HW": h * w,
-              "IS_MAX": int(layer.op == "GlobalMaxPool")}
+              "VEC": vec, "N": n, "C": c, "HW": h * w, "IS_MAX": int(is_max),
+              "MEAN": int(mean)}
     args = [np.uint64(x.ptr), np.uint64(out.ptr)]
     found = []
-    if ctx.wants("thread"):
+    if ctx.wants(prefix + "thread"):
         source = _defines(values) + _GLOBAL_THREAD
-        found.append(Candidate("thread", ctx.kernel_launch(source, "global_pool",
-                                                           n * (c // vec), args)))
+        found.append(Candidate(prefix + "thread", ctx.kernel_launch(
+            source, "global_pool", n * (c // vec), args)))
     lanes, rows, chunks, split = block_geometry(n, c // vec, h * w)
     for name, s in (("block", 1), ("split", split)):
-        if (name == "split" and s == 1) or not ctx.wants(name):
+        if (name == "split" and s == 1) or not ctx.wants(prefix + name):
             continue
-        found.append(Candidate(name, _block_launch(ctx, values, lanes, rows, chunks, s,
+        found.append(Candidate(prefix + name, _block_launch(ctx, values, lanes, rows, chunks, s,
                                                    args)))
     return found
 

@@ -4,7 +4,9 @@ Candidates: ``thread`` (a thread per output element loops over the reduced eleme
 for short reductions and many outputs) and ``warp`` (a warp per output element, lanes
 striding over the reduced elements, shuffle combine; wins for long reductions). Both
 accumulate in float32; an empty reduction gives the op's identity (ReduceMean: 0), as the
-CPU backend does.
+CPU backend does. ReduceMean, ReduceMax and ReduceSum over H and W of a channels-last map
+also get the global pools' candidates (``pool-thread``, ``pool-block``, ``pool-split``:
+coalesced channel vectors, pixel ranges split over blocks), which win on large maps.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import numpy as np
 
 from pydla.backends.cuda.codegen import c_type, decompose, defines, offset
 from pydla.backends.cuda.context import BindContext
+from pydla.backends.cuda.kernels.pooling import spatial_candidates
+from pydla.backends.cuda.layout import NHWC
 from pydla.backends.cuda.registry import Candidate, kernel
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
@@ -34,6 +38,8 @@ _OPS = {
     "ReduceMax": (f"-{_INF}", _MAXF, _MAXF, "{a}"),
     "ReduceMin": (_INF, _MINF, _MINF, "{a}"),
 }
+
+_SPATIAL = ("ReduceMean", "ReduceMax", "ReduceSum")
 
 _KERNEL = r"""
 __device__ __forceinline__ float accumulate(float a, float v) { return ACCUMULATE; }
@@ -118,6 +124,12 @@ def bind_reduce(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
                           f"{x.shape} over {axes}")
     tx, ty = c_type(x.dtype, layer.name), c_type(out.dtype, layer.name)
     candidates = []
+    if layer.op in _SPATIAL and axes == [2, 3] and x.layout == NHWC and \
+            list(out.strides[:2]) == [x.shape[1], 1]:
+        # Over H and W of a channels-last map: the global pools' kernels (coalesced channel
+        # vectors, pixel ranges split over blocks), timed with the generic ones below.
+        candidates += spatial_candidates(ctx, layer, x, out, is_max=layer.op == "ReduceMax",
+                                         mean=layer.op == "ReduceMean", prefix="pool-")
     for name, warp in (("thread", False), ("warp", True)):
         if not ctx.wants(name):
             continue
