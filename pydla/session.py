@@ -68,6 +68,14 @@ class _Tensor:
     dtype: DType
 
 
+def numpy_dtype(type_name: str) -> np.dtype:
+    """The numpy dtype of an onnxruntime type string (``"tensor(float)"`` → float32)."""
+    for dtype, name in _TYPE_NAMES.items():
+        if name == type_name:
+            return _numpy_type(dtype)
+    raise SessionError(f"no numpy type for {type_name!r}")
+
+
 def _numpy_type(dtype: DType) -> np.dtype:
     if dtype is DType.BFLOAT16:
         import ml_dtypes
