@@ -2,17 +2,18 @@
 calibration cache or by calibrating the float network, a precision per layer, then Q/DQ
 pairs in the IR around the int8 layers.
 
-The ranges belong to the float graph the builder has before its fusion passes (BatchNorm
-already folded into convolutions), named by its tensors, which keep the ONNX names: as
-TensorRT's EntropyCalibration2 and MinMax calibrators, calibration sees the network before
-layer fusion, so caches move between trtexec and pydla (tensors one side lacks are ignored).
+Calibration runs on the network as imported, before any pass, and names every tensor as
+the ONNX model does: as TensorRT's EntropyCalibration2 and MinMax calibrators, which
+calibrate before layer fusion, so caches move between trtexec and pydla (tensors one side
+lacks are ignored). The precisions are decided after the folding passes (BatchNorm in the
+convolution weights that get quantized), on the layers that remain.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,15 +54,20 @@ class Int8Options:
 
 
 def quantize_implicitly(graph: Graph, options: Int8Options, ctx: PassContext,
-                        overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Calibrate (or read the cache), decide each layer's precision, insert Q/DQ; returns
-    what the loadable records (``build["int8"]``: calibrator, scales, layer decisions)."""
+                        overrides: Mapping[str, str] | None = None,
+                        fold: Callable[[Graph], object] | None = None) -> dict[str, Any]:
+    """Calibrate (or read the cache), ``fold`` the graph (the builder's folding passes: the
+    layers that remain are the ones to decide on), decide each layer's precision, insert
+    Q/DQ; returns what the loadable records (``build["int8"]``: calibrator, scales, layer
+    decisions)."""
     if is_explicitly_quantized(graph):
         ctx.note("int8: the model is explicitly quantized (it has Q/DQ nodes); calibration is "
                  "skipped, as TensorRT ignores the calibrator for such networks")
         return {"calibrator": None, "explicit": True}
     algorithm = ALGORITHMS[options.algorithm]
     ranges = _ranges(graph, options, algorithm, ctx)
+    if fold is not None:
+        fold(graph)
     decisions = choose_precisions(graph, ranges, overrides)
     for name, d in decisions.items():
         ctx.note(f"int8: layer {name!r} {d.precision}: {d.reason}")
