@@ -50,12 +50,16 @@ def lifetimes(program: Program) -> list[dict[str, Any]]:
 
 
 def report_data(program: Program, profile: list[dict[str, Any]] | None) -> dict[str, Any]:
+    dla = program.build.get("dla")
+    devices = dla.get("devices", {}) if isinstance(dla, dict) else None
     producer = {t: lay.index for lay in program.layers for t in lay.outputs}
     edges = sorted({(producer[t], lay.index) for lay in program.layers for t in lay.inputs
                     if t in producer})
     layers = [{"index": lay.index, "name": lay.name, "op": lay.op, "precision": lay.precision,
                "tactic": lay.tactic, "fused_from": list(lay.fused_from),
-               "epilogue": [s["op"] for s in lay.attrs.get("epilogue", {}).get("program", [])]}
+               "epilogue": [s["op"] for s in lay.attrs.get("epilogue", {}).get("program", [])],
+               # where a Jetson runs the layer (a --useDLACore build): DLA or GPU
+               "device": devices.get(lay.name, "GPU") if devices is not None else None}
               for lay in program.layers]
     io = [{"kind": kind, "name": program.tensors[e.tensor].name,
            "shape": list(program.tensors[e.tensor].shape),

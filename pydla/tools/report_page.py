@@ -89,12 +89,14 @@ JS = r"""
       el('svg:rect', {x: X, y: pos[i].y, width: W, height: pos[i].h, rx: 6,
         fill: colour(L.precision), stroke: fused ? '#1d2330' : '#7b8394',
         'stroke-width': fused ? 2.5 : 1, 'stroke-dasharray': fused ? '' : '4 2'}, null, g);
-      el('svg:title', {}, `${L.name}\n${L.op} ${L.precision} tactic ${L.tactic}`, g);
+      el('svg:title', {}, `${L.name}\n${L.op} ${L.precision} tactic ${L.tactic}` +
+        (L.device ? `\non ${L.device}` : ''), g);
       el('svg:text', {x: X + 8, y: pos[i].y + 15, class: 'title'},
         `#${L.index} ${L.name}`, g);
       el('svg:text', {x: X + 8, y: pos[i].y + 29, class: 'small'},
         `${L.op}${L.epilogue.length ? ' + ' + L.epilogue.join('+') : ''} · ${L.precision}` +
-        ` · ${L.tactic}${fused ? ` · fused ×${L.fused_from.length}` : ''}`, g);
+        ` · ${L.tactic}${fused ? ` · fused ×${L.fused_from.length}` : ''}` +
+        (L.device ? ` · ${L.device}` : ''), g);
       L.fused_from.forEach((n, k) => el('svg:text', {x: X + 22, y: pos[i].y + 43 + LINE * k,
         class: 'small fused'}, '▸ ' + n, g));
     });

@@ -99,3 +99,19 @@ def test_bad_flag_combinations(tmp_path, dbnet, capsys, flags, message):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err
     assert not (tmp_path / "m.bin").exists()
+
+
+def test_inspect_and_report_show_devices(tmp_path, dbnet, capsys):
+    from pydla.tools.cmd_report import report_data
+
+    assert _build(tmp_path, dbnet, "--useDLACore=0", "--allowGPUFallback",
+                  "--autocast=fp16") == 0
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "m.bin")]) == 0
+    out = capsys.readouterr().out
+    assert ", DLA)" in out and ", GPU)" in out and "DLA core 0 (gpu_fallback" in out
+    program = read_loadable((tmp_path / "m.bin").read_bytes())
+    devices = {lay["name"]: lay["device"] for lay in report_data(program, None)["layers"]}
+    assert devices == program.build["dla"]["devices"]
+    assert main(["report", str(tmp_path / "m.bin"), f"--output={tmp_path / 'r.html'}"]) == 0
+    assert '"device": "DLA"' in (tmp_path / "r.html").read_text()
