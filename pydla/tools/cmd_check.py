@@ -20,12 +20,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "check", help="check a model against a target's layer rules (the Jetson DLA)",
         description="Check every layer of an ONNX model against the rules of a target: "
         "--dla (or --target=dla) checks NVIDIA Orin's DLA rules as TensorRT documents them.")
-    p.add_argument("model", nargs="?", help="the ONNX model (or --onnx=)")
-    p.add_argument("--onnx", help="the ONNX model (trtexec's spelling)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--dla", dest="target", action="store_const", const="dla",
                         help="check against the Jetson Orin DLA's rules")
     target.add_argument("--target", choices=["dla"], help="the target whose rules to check")
+    add_dla_model_flags(p)
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT ('-': stdout)")
+    p.add_argument("--verbose", action="store_true", help="list every layer, not only refusals")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any layer cannot run on the target")
+    p.set_defaults(func=run, target=None)
+
+
+def add_dla_model_flags(p: argparse.ArgumentParser) -> None:
+    """The model and how to check it (``check`` and ``partition`` share them)."""
+    p.add_argument("model", nargs="?", help="the ONNX model (or --onnx=)")
+    p.add_argument("--onnx", help="the ONNX model (trtexec's spelling)")
     precision = p.add_mutually_exclusive_group()
     precision.add_argument("--fp16", dest="precision", action="store_const", const="fp16",
                            help="layers in FP16 (the default)")
@@ -37,23 +47,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "docs/dla.md); --verbose lists each rewrite")
     p.add_argument("--shapes", help="input shapes, name:1x3x224x224[,name2:...] (needed for "
                    "symbolic dims: the DLA has no dynamic shapes)")
-    p.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT ('-': stdout)")
-    p.add_argument("--verbose", action="store_true", help="list every layer, not only refusals")
-    p.add_argument("--strict", action="store_true",
-                   help="exit 1 when any layer cannot run on the target")
-    p.set_defaults(func=run, target=None, precision="fp16")
+    p.set_defaults(precision="fp16")
+
+
+def model_flags(args: argparse.Namespace) -> tuple[str, dict, dict]:
+    """(model path, shapes, input values) from ``add_dla_model_flags``' flags."""
+    from pydla.errors import BuildError
+
+    path = args.onnx or args.model
+    if path is None:
+        raise BuildError("no model: pass MODEL or --onnx=MODEL")
+    shapes, values = parse_shapes(args.shapes)
+    return path, shapes, values
 
 
 def run(args: argparse.Namespace) -> int:
     from pydla.dla import check_model
     from pydla.errors import BuildError
 
-    path = args.onnx or args.model
-    if path is None:
-        raise BuildError("no model: pass MODEL or --onnx=MODEL")
     if args.target is None:
         raise BuildError("choose the rules to check: --dla (the Jetson Orin DLA)")
-    shapes, values = parse_shapes(args.shapes)
+    path, shapes, values = model_flags(args)
     report = check_model(path, precision=args.precision, shapes=shapes, input_values=values,
                           adjust=args.adjust)
     if args.json:
