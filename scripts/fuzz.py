@@ -21,7 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fuzz.harness import case_bytes, run_input, run_pool, seed_names  # noqa: E402
+from tests.fuzz.harness import (  # noqa: E402
+    Summary,
+    case_bytes,
+    run_input,
+    run_pool,
+    seed_names,
+)
 from tests.fuzz.seed_models import SEED_MODELS  # noqa: E402
 
 # How many cases of each mode per round: ONNX cases build a model (tens of ms), the others
@@ -45,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0, help="number of the first case")
     p.add_argument("--modes", default="structure,bytes,onnx")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a hang")
+    p.add_argument("--seconds", type=float, help="start no case after this many seconds")
     p.add_argument("--out", default="fuzz-summary.json")
     p.add_argument("--replay", help="run one case (mode:seed:number) here, with traceback")
     args = p.parse_args(argv)
@@ -61,11 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(modes) - set(WEIGHTS)
     if unknown:
         p.error(f"unknown modes {sorted(unknown)}")
+    command = " ".join(["python", "scripts/fuzz.py"] + (argv or sys.argv[1:]))
+
+    def write(summary: Summary, done: bool = False) -> dict[str, object]:
+        result = {**summary.to_json(), "command": command, "finished": done}
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        return result
+
     summary = run_pool(cases(args.cases, modes, args.first), args.jobs, args.timeout,
-                       progress=True)
-    result = summary.to_json()
-    result["command"] = " ".join(["python", "scripts/fuzz.py"] + (argv or sys.argv[1:]))
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+                       progress=True, seconds=args.seconds, checkpoint=write)
+    result = write(summary, done=True)
     print(json.dumps({k: result[k] for k in ("cases", "seconds", "crashes", "hangs",
                                              "untyped")}))
     for f in summary.failures[:20]:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,10 +152,14 @@ class _Worker:
 
 
 def run_pool(cases: Iterable[str], jobs: int, timeout: float,
-             progress: bool = False, warmup: bool = True) -> Summary:
+             progress: bool = False, warmup: bool = True,
+             seconds: float | None = None,
+             checkpoint: Callable[[Summary], None] | None = None) -> Summary:
     """Run every case in ``jobs`` subprocess workers; a dead worker is a crash of its case,
     one silent for ``timeout`` seconds a hang (it is killed); both are replaced.
-    ``warmup``: workers first compile the seeds' kernels (off: their first case does)."""
+    ``warmup``: workers first compile the seeds' kernels (off: their first case does);
+    ``seconds``: no new case starts after that long (the run stops early, cleanly);
+    ``checkpoint`` receives the summary so far every PROGRESS_EVERY cases."""
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONFAULTHANDLER="",
                PYDLA_FUZZ_WARMUP="1" if warmup else "0")
     todo: Iterator[str] = iter(cases)
@@ -165,6 +169,8 @@ def run_pool(cases: Iterable[str], jobs: int, timeout: float,
     workers: list[_Worker] = []
 
     def feed(w: _Worker) -> bool:
+        if seconds is not None and time.monotonic() - start > seconds:
+            return False
         case = next(todo, None)
         if case is None:
             return False
@@ -203,9 +209,13 @@ def run_pool(cases: Iterable[str], jobs: int, timeout: float,
                     continue
                 _, case, outcome = line.split(" ", 2)
                 summary.record(case, json.loads(outcome))
-                if progress and summary.cases % PROGRESS_EVERY == 0:
-                    print(f"{summary.cases} cases, {time.monotonic() - start:.0f} s",
-                          file=sys.stderr, flush=True)
+                if summary.cases % PROGRESS_EVERY == 0:
+                    summary.seconds = time.monotonic() - start
+                    if progress:
+                        print(f"{summary.cases} cases, {summary.seconds:.0f} s",
+                              file=sys.stderr, flush=True)
+                    if checkpoint is not None:
+                        checkpoint(summary)
                 if not feed(w):
                     retire(w)
         now = time.monotonic()
