@@ -9,6 +9,7 @@ onnxruntime gets as many intra-op threads as there are cores and every graph opt
 
     python -m benchmarks.cpu_suite                      # everything, batch 1 and 8
     python -m benchmarks.cpu_suite --models resnet50 crnn --batches 1 --quick
+    python -m benchmarks.cpu_suite --corpus --corpus-set core   # real models (benchmarks/corpus.py)
 
 Prints a table (model, batch, pydla ms, ort ms, ratio) with the geometric mean of the
 ratios per batch size, and writes benchmarks/results/cpu_suite.json. Each row records the
@@ -167,7 +168,9 @@ def bench_one(name: str, batch: int, args: argparse.Namespace, workdir: Path) ->
 def geomeans(rows: list[dict[str, Any]]) -> dict[str, float]:
     out = {}
     for batch in sorted({r["batch"] for r in rows}):
-        ratios = [r["ratio"] for r in rows if r["batch"] == batch]
+        ratios = [r["ratio"] for r in rows if r["batch"] == batch and "ratio" in r]
+        if not ratios:
+            continue
         out[str(batch)] = round(math.exp(sum(math.log(x) for x in ratios) / len(ratios)), 3)
     return out
 
@@ -200,6 +203,14 @@ def main() -> None:
                    help="time a model again (keeping the quietest try) while other processes "
                         "used more than --max-load of the CPUs meanwhile")
     p.add_argument("--max-load", type=float, default=0.1)
+    p.add_argument("--corpus", action="store_true",
+                   help="the real-model corpus instead of the look-alikes (benchmarks/corpus.py; "
+                        "results apart, in results/cpu_suite_corpus.json)")
+    p.add_argument("--corpus-set", choices=["core", "all", "default"], default="core")
+    p.add_argument("--corpus-models", nargs="+", default=[], metavar="ID",
+                   help="corpus model ids (python -m tests.models.corpus list --all)")
+    p.add_argument("--verbose-errors", action="store_true",
+                   help="print the traceback of a corpus model that fails")
     p.add_argument("--out", type=Path, default=None,
                    help=f"JSON file (default {RESULTS.relative_to(ROOT)}; none with --quick)")
     args = p.parse_args()
@@ -213,7 +224,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="pydla-suite-") as tmp:
         args.probe = latency_probe(Path(tmp))
-        for batch in args.batches:
+        if args.corpus:
+            from benchmarks import corpus
+
+            rows = corpus.run(args, Path(tmp))
+        for batch in args.batches if not args.corpus else ():
             for name in args.models:
                 row = bench_one(name, batch, args, Path(tmp))
                 print(f"{name} batch {batch}: pydla {row['pydla_ms']:.2f} ms, onnxruntime "
@@ -224,8 +239,14 @@ def main() -> None:
                       flush=True)
                 rows.append(row)
     means = geomeans(rows)
-    print_table(rows, means)
-    out = args.out or (None if args.quick else RESULTS)
+    if args.corpus:
+        from benchmarks import corpus
+
+        corpus.print_table(rows, means)
+    else:
+        print_table(rows, means)
+    default_out = RESULTS.with_name("cpu_suite_corpus.json") if args.corpus else RESULTS
+    out = args.out or (None if args.quick else default_out)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         report = {

@@ -107,7 +107,9 @@ def _slice(check: LayerCheck) -> Expected:
     steps = check.ints("steps", n, [1] * n)
     if 0 in steps:
         raise check.fail(".attrs.steps", "a step of 0")
-    shape = tuple(len(range(*slice(s, e, st).indices(d)))
+    # Ends are clamped by the importer; with a negative step, -1 means "past index 0"
+    # (as the kernel reads it), which a Python slice can only say with None.
+    shape = tuple(len(range(*slice(s, e if e >= 0 else None, st).indices(d)))
                   for d, s, e, st in zip(x, starts, ends, steps))
     return [(shape, check.x(0).dtype)]
 
