@@ -89,21 +89,6 @@ def int8_options(args: argparse.Namespace) -> Int8Options | None:
     from pydla.quantization import Int8Options
 
     if not getattr(args, "int8", False):
-        given = [f for f, v in (("--calibData", args.calibData), ("--calib", args.calib),
-                                ("--data-loader-script", args.data_loader_script)) if v]
-        if given:
-            raise FlagError(f"{given[0]} calibrates for INT8: add --int8")
-        return None
-    return Int8Options(calib_data=args.calibData, data_loader_script=args.data_loader_script,
-                       algorithm=args.calibAlgo, percentile=args.calibPercentile,
-                       cache=args.calib)
-
-
-def int8_options(args: argparse.Namespace) -> Int8Options | None:
-    """Int8Options from the INT8 flags; None without --int8 (where they are refused)."""
-    from pydla.quantization import Int8Options
-
-    if not getattr(args, "int8", False):
         given = [f for f, key in (("--calibData", "calibData"), ("--calib", "calib"),
                                   ("--data-loader-script", "data_loader_script"))
                  if getattr(args, key, None)]
