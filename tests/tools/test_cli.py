@@ -87,7 +87,7 @@ def test_build_run_export_and_layer_info(tmp_path, capsys):
     (["build", "--onnx", "{m}", "--saveEngine", "{t}/x.bin"], "dynamic shape"),
     (["build", "--onnx", "{m}", "--saveEngine", "{t}/x.bin", "--shapes=x:2xQ"], "dims"),
     (["build", "--onnx", "{m}", "--saveEngine", "{t}/x.bin", "--shapes=z:2x4"], "not inputs"),
-    (["run", "--loadEngine", "{m}"], "invalid loadable"),
+    (["run", "--loadEngine", "{m}"], "is not a loadable"),
 ])
 def test_errors_are_clear(tmp_path, capsys, argv, message):
     model = make_model([helper.make_node("Relu", ["x"], ["h"]),
