@@ -121,5 +121,5 @@ def plan(proto: Any, options: Any) -> DlaReport | None:
     if options.dla_core is None:
         return None
     graph = dla_graph(proto, options.shapes, options.input_values)
-    precision = build_precision(graph, options.autocast, int8=False)
+    precision = build_precision(graph, options.autocast, int8=options.int8 is not None)
     return place(graph, precision, options.gpu_fallback)
