@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 
 from pydla.backends.cpu.registry import REFERENCE
+from pydla.dla import build as dla_build
+from pydla.dla.adjust import adjust_for_dla
 from pydla.dtypes import DType
 from pydla.engine.memory import MEMORY_SHARE, default_memory_limit
 from pydla.errors import BuildError, ModelImportError, PydlaError
@@ -37,6 +39,11 @@ class BuildOptions:
     input_formats: Sequence[IOFormat] | None = None
     output_formats: Sequence[IOFormat] | None = None
     dla_core: int | None = None
+    # --buildDLAStandalone / --allowGPUFallback with --useDLACore (pydla.dla.build).
+    dla_standalone: bool = False
+    gpu_fallback: bool = False
+    # --adjustForDLA: rewrite layers the DLA refuses into equivalent ones (pydla.dla.adjust)
+    adjust_for_dla: bool = False
     mem_pools: Mapping[str, int] = field(default_factory=dict)
     opt_level: int = 3
     disabled_passes: Sequence[str] = ()
@@ -133,6 +140,12 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     """Compile ``model`` into loadable bytes."""
     options = options or BuildOptions()
     proto = load_model(model)
+    if options.adjust_for_dla:
+        proto, rewrites = adjust_for_dla(proto)
+        if options.verbose and options.log is not None:
+            for line in rewrites:
+                options.log(f"adjust_for_dla: {line}")
+    dla = dla_build.plan(proto, options)
     ctx = PassContext(verbose=options.verbose, echo=options.log)
     graph = build_graph(proto, options, ctx)
     target: dict[str, Any] = {"backend": options.target, "dla_core": options.dla_core,
@@ -143,6 +156,9 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
         raise BuildError(f"unknown target {options.target!r}; pydla builds for 'cpu' or 'cuda'")
     build_info = {"opset": graph.opset, "opt_level": options.opt_level,
                   "shapes": {k: list(v) for k, v in options.shapes.items()}, **ctx.records}
+    if dla is not None:
+        build_info["dla"] = dla_build.record(dla, graph, options.dla_core,
+                                             options.dla_standalone, options.gpu_fallback)
     meta, weights = lower(graph, input_formats=options.input_formats,
                           output_formats=options.output_formats, target=target, build=build_info)
     data = write_loadable(meta, weights)

@@ -8,9 +8,10 @@ import json
 import time
 
 from pydla.tools.buildflags import add_build_flags, build_options
+from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import parse_mem_pools
 
-HARMLESS = ("--buildDLAStandalone", "--allowGPUFallback", "--skipInference", "--noDataTransfers")
+HARMLESS = ("--skipInference", "--noDataTransfers")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,11 +20,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compile an ONNX model into a standalone loadable file. Flags follow "
         "trtexec. Accepted and harmless for pydla (the loadable is always standalone and "
         "always runs on the chosen pydla device): " + ", ".join(HARMLESS) + ".")
-    p.add_argument("--onnx", required=True, help="ONNX model file")
+    add_file_args(p, ("onnx",), "the ONNX model")
     p.add_argument("--saveEngine", required=True, help="where to write the loadable")
     add_build_flags(p)
     p.add_argument("--useDLACore", type=int, default=None,
-                   help="DLA core the loadable is meant for (selects the virtual device)")
+                   help="DLA core the loadable is meant for (0 or 1 on Orin; selects the "
+                   "virtual device); every layer must then run on the DLA (pydla check --dla)")
+    p.add_argument("--buildDLAStandalone", action="store_true",
+                   help="a standalone DLA loadable: every layer on the DLA, DLA I/O formats "
+                   "(dla_linear, hwc4, chw16, chw32); needs --useDLACore")
+    p.add_argument("--adjustForDLA", "--adjust", dest="adjust_for_dla", action="store_true",
+                   help="rewrite layers the DLA refuses into equivalent ones first (HardSwish, "
+                   "HardSigmoid, ReduceMean over H and W; --verbose lists them)")
+    p.add_argument("--allowGPUFallback", action="store_true",
+                   help="layers the DLA cannot run go to the GPU (recorded per layer); not "
+                   "with --buildDLAStandalone")
     p.add_argument("--memPoolSize", help="pool:size,… (MiB unless suffixed). workspace caps "
                    "the scratch memory of fused layers (the build fails, naming the size it "
                    "needs, if it is too small); the DLA pools (dlaSRAM, dlaLocalDRAM, "
@@ -48,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         options = dataclasses.replace(
             build_options(args, log=lambda message: print(f"[pydla] [V] {message}"),
                           verbose=args.verbose, progress=bar.report),
-            dla_core=args.useDLACore, mem_pools=parse_mem_pools(args.memPoolSize))
+            dla_core=args.useDLACore, dla_standalone=args.buildDLAStandalone,
+            gpu_fallback=args.allowGPUFallback, adjust_for_dla=args.adjust_for_dla,
+            mem_pools=parse_mem_pools(args.memPoolSize))
         data = build(args.onnx, options)
     with open(args.saveEngine, "wb") as f:
         f.write(data)
@@ -87,13 +100,19 @@ def format_layer_info(info: dict) -> str:
         outs = ", ".join(f"{t['name']}{t['shape']}:{t['dtype']}" for t in lay["outputs"])
         extra = f" + {'+'.join(lay['epilogue'])}" if "epilogue" in lay else ""
         layout = f", {' -> '.join(lay['layouts'])}" if "layouts" in lay else ""
+        device = f", {lay['device']}" if "device" in lay else ""
         lines.append(f"[pydla] Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
-                     f"tactic {lay['tactic']}{layout}): {ins} -> {outs}  "
+                     f"tactic {lay['tactic']}{layout}{device}): {ins} -> {outs}  "
                      f"[from {', '.join(lay['fused_from'])}]"
                      + (f"  --int8 {lay['precision_reason']}" if "precision_reason" in lay
                         else "")
                      + (f"  scales {format_scales(lay['quantization'])}" if "quantization" in lay
                         else ""))
+    if "dla" in info:
+        d = info["dla"]
+        lines.append(f"[pydla] DLA core {d['core']} ({d['mode']}, {d['precision']}): "
+                     f"{d['supported_layers']} of {d['checked_layers']} checked layers on the "
+                     f"DLA in {d['subgraphs']} subgraph(s) [{d['rule_set']}]")
     m = info["memory"]
     lines.append(f"[pydla] Memory: activations {m['activation_bytes']:,} bytes (naive "
                  f"{m['naive_activation_bytes']:,}), weights {m['weight_bytes']:,}, workspace "

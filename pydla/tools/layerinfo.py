@@ -25,6 +25,8 @@ def layer_info(program: Program) -> dict[str, Any]:
     int8 = program.build.get("int8", {}).get("layers", {})
     layers = []
     workspace = 0
+    dla = program.build.get("dla") if isinstance(program.build.get("dla"), dict) else None
+    devices = dla.get("devices", {}) if dla else {}
     for lay in program.layers:
         out_bytes = tensors[lay.outputs[0]].nbytes if lay.outputs else 0
         # Layers run one after another and share one workspace: the largest layer's.
@@ -34,6 +36,8 @@ def layer_info(program: Program) -> dict[str, Any]:
                  "outputs": [describe(i) for i in lay.outputs],
                  "fused_from": list(lay.fused_from), "precision": lay.precision,
                  "tactic": lay.tactic}
+        if dla is not None:  # where a Jetson runs it (--useDLACore builds, pydla.dla.build)
+            entry["device"] = devices.get(lay.name, "GPU")
         quant = _quantization(program, lay)
         if quant:
             entry["quantization"] = quant
@@ -53,7 +57,9 @@ def layer_info(program: Program) -> dict[str, Any]:
                                 str(lay.attrs.get("to"))]
         layers.append(entry)
     activations = [t for t in tensors if t.kind != "weight"]
+    extra = {"dla": {k: v for k, v in dla.items() if k != "devices"}} if dla else {}
     return {
+        **extra,
         "layers": layers,
         "memory": {
             "activation_bytes": program.arena_bytes,
