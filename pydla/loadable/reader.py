@@ -351,7 +351,7 @@ class _Validator:
                       and w.inputs[:1] == (p,) and rel == 0 and t.nbytes == parent.nbytes
                       and parent.kind == "activation")
             else:
-                ok = (w is not None and w.attrs.get("in_place") is True and w.inputs[0] == p
+                ok = (w is not None and w.attrs.get("in_place") is True and w.inputs[:1] == (p,)
                       and rel == 0 and parent.alias is None and last_reader.get(p) == w.index)
             if not ok:
                 raise self.fail(path, f"{t.name!r} may not share the bytes of {parent.name!r}")

@@ -2,7 +2,9 @@
 
 A case is ``mode:seed:number`` (modes: ``structure`` and ``bytes`` mutate a seed loadable,
 ``onnx`` a seed model). Outcomes: ``ok`` (accepted and ran), ``typed:<Error>`` (a PydlaError:
-the refusal we want), ``untyped:<Exception>: …``, ``crash:<signal>`` and ``hang`` (failures).
+the refusal we want), ``untyped:<Exception>: …``, ``crash:<signal>`` and ``hang``
+(failures); ``harness:…`` when the mutator itself failed to make the case (counted, not a
+finding about pydla).
 A worker reads one case name on stdin at a time and answers with its outcome, so the parent
 knows which case a dead or stuck worker was running.
 """
@@ -26,6 +28,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = Path(__file__).resolve().parent / "seeds"
+REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 FAILURES = ("untyped", "crash", "hang")
 PROGRESS_EVERY = int(os.environ.get("PYDLA_FUZZ_PROGRESS", "1000"))
 
@@ -40,6 +43,8 @@ def case_bytes(case: str) -> bytes:
     from tests.fuzz.onnx_models import mutated_model
 
     mode, seed, number = case.split(":")
+    if mode in ("regression", "onnxregression"):  # a stored case: tests/fuzz/regressions/<seed>
+        return (REGRESSIONS / seed).read_bytes()
     if mode == "onnx":
         return mutated_model(seed, int(number))
     return mutated_loadable((SEEDS / f"{seed}.pdla").read_bytes(), mode, int(number))
@@ -67,7 +72,8 @@ def run_input(mode: str, data: bytes) -> str:
 def run_case(case: str) -> str:
     if case == "crash:abort:0":  # the pool's self-test: a worker that dies by a signal
         os.abort()
-    return run_input(case.split(":")[0], case_bytes(case))
+    mode = case.split(":")[0]
+    return run_input("onnx" if mode == "onnxregression" else mode, case_bytes(case))
 
 
 def limit_memory(gib: float) -> None:
@@ -92,7 +98,11 @@ def worker_main() -> None:
         case = line.strip()
         if not case:
             continue
-        out.write(f"done {case} {json.dumps(run_case(case))}\n")
+        try:
+            outcome = run_case(case)
+        except Exception as e:  # noqa: BLE001  (making the case failed: the fuzzer's bug)
+            outcome = f"harness:{type(e).__name__}: {e}"
+        out.write(f"done {case} {json.dumps(outcome)}\n")
         out.flush()
 
 

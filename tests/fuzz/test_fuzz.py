@@ -25,14 +25,18 @@ def _failures(outcomes: dict[str, str]) -> dict[str, str]:
     return {c: o for c, o in outcomes.items() if o.split(":")[0] not in ("ok", "typed")}
 
 
-@pytest.mark.parametrize("name", sorted(INDEX))
+LOADABLES = sorted(n for n in INDEX if n.endswith(".pdla"))
+MODELS = sorted(n for n in INDEX if n.endswith(".onnx"))
+
+
+@pytest.mark.parametrize("name", LOADABLES)
 def test_regression_is_refused_typed(name: str) -> None:
     """A loadable that once crashed the process or escaped untyped now ends typed."""
     outcome = run_input("structure", (REGRESSIONS / name).read_bytes())
     assert outcome.split(":")[0] in ("ok", "typed"), (INDEX[name], outcome)
 
 
-@pytest.mark.parametrize("name", sorted(INDEX))
+@pytest.mark.parametrize("name", LOADABLES)
 def test_regression_through_cudla_is_invalid_module(name: str) -> None:
     data = (REGRESSIONS / name).read_bytes()
     dev = cudla.create_device(0, 0)
@@ -42,6 +46,25 @@ def test_regression_through_cudla_is_invalid_module(name: str) -> None:
         assert e.value.status == Status.ErrorInvalidModule
     finally:
         cudla.destroy_device(dev)
+
+
+@pytest.fixture(scope="module")
+def model_outcomes() -> dict[str, str]:
+    """The stored ONNX cases, built in one memory-capped worker (some once tried to
+    allocate terabytes)."""
+    summary = run_pool([f"onnxregression:{n}:0" for n in MODELS], jobs=1, timeout=120,
+                       warmup=False)
+    outcomes = {f["case"].split(":")[1]: f["outcome"] for f in summary.failures}
+    return {n: outcomes.get(n, "typed or ok") for n in MODELS}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=INDEX[n]["defect"]))
+    if INDEX[n].get("open") else n for n in MODELS])
+def test_onnx_regression_ends_typed(model_outcomes: dict[str, str], name: str) -> None:
+    """Open ones (``"open": true`` in index.json) are importer defects the fuzzer found and
+    nobody has fixed yet: strict xfail, so a fix must also drop the mark."""
+    assert model_outcomes[name] == "typed or ok", (INDEX[name], model_outcomes[name])
 
 
 @pytest.mark.parametrize("mode,count", [("structure", 240), ("bytes", 240)])
