@@ -181,9 +181,8 @@ def _reduce(check: LayerCheck) -> Expected:
     check.arity(1, 1)
     x = check.x(0).shape
     axes = check.axes("axes", len(x))
+    # the importer resolves ONNX's "no axes: all of them" into a list; [] reduces nothing
     keep = check.int_("keepdims", 1, 0, 1)
-    if not axes and not check.int_("noop_with_empty_axes", 0, 0, 1):
-        axes = list(range(len(x)))
     shape = tuple(1 if i in axes else d for i, d in enumerate(x)) if keep \
         else tuple(d for i, d in enumerate(x) if i not in axes)
     return [(shape, None)]

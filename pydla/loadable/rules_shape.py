@@ -116,7 +116,7 @@ def _slice(check: LayerCheck) -> Expected:
 
 @rule("Pad")
 def _pad(check: LayerCheck) -> Expected:
-    check.arity(1, 1)
+    check.arity(1, 2)  # the constant may be a runtime input
     x = check.x(0).shape
     n = len(x)
     pads = check.ints("pads", 2 * n, None)
