@@ -98,7 +98,8 @@ def splat(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
 
 def counted_loop(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value, accs: list[ir.Value],
                  body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    """for i in [lo, hi): accs = body(i, accs) — skipped when empty; returns the accs."""
+    """for i in [lo, hi): accs = body(i, accs) — skipped when empty; returns the accs
+    (values of any LLVM type: float vectors here, int32 vectors in the int8 kernels)."""
     fn = builder.function
     entry = builder.block
     loop = fn.append_basic_block("loop")
@@ -109,7 +110,7 @@ def counted_loop(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value, accs: list[i
     i.add_incoming(lo, entry)
     phis = []
     for value in accs:
-        phi = builder.phi(_VEC)
+        phi = builder.phi(value.type)
         phi.add_incoming(value, entry)
         phis.append(phi)
     new = body(i, phis)
@@ -122,7 +123,7 @@ def counted_loop(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value, accs: list[i
     builder.position_at_end(done)
     out = []
     for before, value in zip(accs, new):
-        merged = builder.phi(_VEC)
+        merged = builder.phi(before.type)
         merged.add_incoming(before, entry)
         merged.add_incoming(value, tail)
         out.append(merged)

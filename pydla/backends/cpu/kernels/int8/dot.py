@@ -37,10 +37,13 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from pydla.backends.cpu.kernels.conv_fast.simd import counted_loop
+
 _I8 = ir.IntType(8)
 _I16 = ir.IntType(16)
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
+_ZERO = ir.Constant(_I64, 0)
 
 
 @dataclass(frozen=True)
@@ -77,33 +80,6 @@ def _splat32(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
 
 def _at(builder: ir.IRBuilder, addr: ir.Value, ty: ir.Type) -> ir.Value:
     return builder.inttoptr(addr, ty.as_pointer())
-
-
-def _loop(builder: ir.IRBuilder, count: ir.Value, state: list[ir.Value],
-          body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    """for i in [0, count): state = body(i, state); count ≥ 1."""
-    fn = builder.function
-    entry = builder.block
-    loop = fn.append_basic_block("q8_loop")
-    done = fn.append_basic_block("q8_done")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    i = builder.phi(_I64)
-    i.add_incoming(ir.Constant(_I64, 0), entry)
-    phis = []
-    for value in state:
-        phi = builder.phi(value.type)
-        phi.add_incoming(value, entry)
-        phis.append(phi)
-    new = body(i, phis)
-    tail = builder.block
-    nxt = builder.add(i, ir.Constant(_I64, 1))
-    i.add_incoming(nxt, tail)
-    for phi, value in zip(phis, new):
-        phi.add_incoming(value, tail)
-    builder.cbranch(builder.icmp_signed("<", nxt, count), loop, done)
-    builder.position_at_end(done)
-    return new
 
 
 class _Ops:
@@ -193,9 +169,9 @@ def micro_kernel(path_name: str, rows: int, cols: int, vector_u8: bool) -> Calla
                             out[r * cols + c] = ops.madd(out[r * cols + c], vecs[c], spread)
                     return out
 
-                return _loop(builder, n_taps, accs, over_taps)
+                return counted_loop(builder, _ZERO, n_taps, accs, over_taps)
 
-            final = _loop(builder, n_outer, state, over_outer)
+            final = counted_loop(builder, _ZERO, n_outer, state, over_outer)
             for i, value in enumerate(final):
                 builder.store(value, _at(builder, builder.add(
                     acc_at, ir.Constant(_I64, i * path.lanes * 4)), ops.acc_t), align=1)
