@@ -27,7 +27,9 @@ HEADER_FIELDS = {
 
 TENSOR_KINDS = ("input", "output", "activation", "weight")
 MAX_RANK = 8
-MAX_DIM = 1 << 40
+# One dimension: int32 as in TensorRT. An empty tensor can carry a huge dimension at
+# zero bytes (2**40 × 0), and a kernel looping over it would spin for hours.
+MAX_DIM = 2**31 - 1
 MAX_TENSORS = 1 << 20
 MAX_ARENA_BYTES = 1 << 40
 

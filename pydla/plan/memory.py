@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pydla.engine.memory import format_bytes, tensor_bytes
 from pydla.errors import ResourceLimitError
 from pydla.ir import Graph, Value
+from pydla.loadable.format import MAX_DIM
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,10 @@ def check_build_memory(graph: Graph, limit: int, how_to_raise: str, *, autotune:
         if b > limit:
             raise ResourceLimitError(f"tensor {v.name!r} ({role}, {list(v.shape)} "
                                      f"{v.dtype.name.lower()}) needs {format_bytes(b)}; {tail}")
+        if any(d > MAX_DIM for d in v.shape):
+            # the reader's bound (pydla.loadable.format): the builder writes nothing it refuses
+            raise ResourceLimitError(f"tensor {v.name!r} ({role}, {list(v.shape)}) has a "
+                                     f"dimension over {MAX_DIM:,} (2**31 - 1)")
     need = estimate_build_memory(graph, autotune=autotune, calibration=calibration,
                                  fold_limit=fold_limit)
     if need.total > limit:

@@ -19,7 +19,7 @@ from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
 from pydla.backends.cpu.steps import prebind
-from pydla.errors import BuildError
+from pydla.errors import BuildError, ResourceLimitError
 from pydla.ir import Graph, Node
 from pydla.passes.base import PassContext
 from pydla.plan import precompile
@@ -246,7 +246,11 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
         if progress is not None:
             progress(i, len(graph.nodes))
         spec = layer_spec(node)
-        cands = candidate_tactics(spec)
+        try:
+            cands = candidate_tactics(spec)
+        except MemoryError as e:  # an applies() check sized by a malformed layer's shapes
+            raise ResourceLimitError(f"layer {node.name!r} ({node.op}): out of memory "
+                                     f"choosing its kernel ({e or 'MemoryError'})") from e
         if not cands:
             node.tactic = REFERENCE
             continue

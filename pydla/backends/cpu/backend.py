@@ -12,7 +12,7 @@ from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
 from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.fused import with_epilogue
-from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder
+from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder, tactic_applies
 from pydla.backends.cpu.steps import prebind
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import KernelError, LoadableError, PydlaError
@@ -40,7 +40,7 @@ def bind_layer(spec: LayerSpec) -> RunFn:
         entry = TACTICS.get(spec.op, {}).get(spec.tactic)  # type: ignore[arg-type]
         if entry is None:
             raise KernelError(spec.name, spec.op, f"unknown tactic {spec.tactic!r}")
-        if not entry.applies(spec):
+        if not tactic_applies(entry, spec):
             raise KernelError(spec.name, spec.op, f"tactic {spec.tactic!r} cannot run this layer")
         binder = entry.bind
         native = "epilogue" in spec.attrs and entry.native_epilogue(

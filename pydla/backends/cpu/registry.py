@@ -60,16 +60,21 @@ def tactic(op: str, name: str, *, applies: Callable[[LayerSpec], bool],
     return register
 
 
+def tactic_applies(t: Tactic, spec: LayerSpec) -> bool:
+    """Whether tactic ``t`` can run this layer. Never for a layer with an empty tensor:
+    the fast kernels divide their work by sizes, and the reference runs an empty layer
+    correctly (a malformed model's zero batch divided by zero in a pooling tactic)."""
+    if any(s is not None and 0 in s.shape for s in (*spec.inputs, *spec.outputs)):
+        return False
+    try:
+        return bool(t.applies(spec))
+    except (KeyError, TypeError, ValueError, IndexError):
+        return False
+
+
 def candidate_tactics(spec: LayerSpec) -> list[Tactic]:
     """The tactics that can run this layer, best first by priority (reference excluded)."""
-    found = []
-    for t in TACTICS.get(spec.op, {}).values():
-        try:
-            ok = t.applies(spec)
-        except (KeyError, TypeError, ValueError, IndexError):
-            ok = False
-        if ok:
-            found.append(t)
+    found = [t for t in TACTICS.get(spec.op, {}).values() if tactic_applies(t, spec)]
     return sorted(found, key=lambda t: -t.priority)
 
 

@@ -444,6 +444,9 @@ def import_model(model: onnx.ModelProto,
     return graph
 
 
+_MALFORMED = (ArithmeticError, AssertionError, LookupError, TypeError, ValueError)
+
+
 def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
     for index, proto in enumerate(nodes):
         name = proto.name or f"{proto.op_type}_{index}"
@@ -468,16 +471,26 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
         if fn is None:
             raise ModelImportError(f"operator {proto.op_type} (opset {ctx.opset}) is not "
                                    "supported", name, proto.op_type)
-        node = OnnxNode(proto, inputs, ctx.opset, name)
         outer, outer_fresh = ctx.node, ctx.fresh
-        ctx.node, ctx.fresh = node, set()
         try:
+            node = OnnxNode(proto, inputs, ctx.opset, name)
+            ctx.node, ctx.fresh = node, set()
             outs = list(fn(ctx, node))
             fresh = ctx.fresh
         except (ModelImportError, ResourceLimitError):  # both name the node already
             raise
         except PydlaError as e:
             raise ModelImportError(str(e), name, proto.op_type) from e
+        except MemoryError as e:  # numpy could not allocate what the node computes
+            raise ResourceLimitError(f"node {name!r} ({proto.op_type}): out of memory "
+                                     f"computing it at build time ({e or 'MemoryError'})"
+                                     ) from e
+        except _MALFORMED as e:
+            # The one funnel for untrusted models: whatever a malformed node makes an
+            # importer trip over (a non-UTF-8 string attribute, a zero stride, a negative
+            # dimension, a rank it did not expect) ends as a typed error naming the node.
+            raise ModelImportError(f"malformed node ({type(e).__name__}: {e})", name,
+                                   proto.op_type) from e
         finally:
             ctx.node, ctx.fresh = outer, outer_fresh
         for oname, v in zip(proto.output, outs):

@@ -58,6 +58,10 @@ SOURCE_HASH = hashlib.sha256(b"".join(
     open(f, "rb").read() for f in (__file__, fast_gemv.__file__, packed_gemm.__file__))
 ).hexdigest()[:16]
 
+# Batched products keep one (A, B, C) offset triple per batch; beyond this many the
+# reference kernel runs them (no real model comes near; a malformed one can ask for 2**40).
+_MAX_BATCHES = 1 << 20
+
 
 @njit(inline="always", cache=True)
 def block_coords(task: int, geo: np.ndarray) -> tuple[int, int, int, int, int]:
@@ -231,6 +235,8 @@ def _matmul_product(spec: LayerSpec) -> Product | None:
     if k != k2 or out[-2:] != (m, n):
         return None
     batch = out[:-2]
+    if math.prod(out) == 0 or math.prod(batch) > _MAX_BATCHES:
+        return None  # nothing to compute, or a per-batch offset table too large to build
     if math.prod(b.shape[:-2]) == 1:  # one weight matrix: A's batches are more rows
         rows = math.prod(a.shape[:-1])
         if math.prod(batch) * m != rows:
