@@ -31,7 +31,7 @@ RULES: dict[str, Rule] = {}
 BIND_CHECKED = frozenset({"QConv", "QGemm"})
 
 BLOCK = 16  # channels per block of the nchw16c layout (pydla.plan.layouts)
-_INT_LIMIT = 1 << 40  # no attribute of a valid program is larger (dims are at most 2**40)
+_INT_LIMIT = 1 << 40  # no attribute of a valid program is larger (dims are below 2**31)
 
 
 def rule(*ops: str) -> Callable[[Rule], Rule]:
