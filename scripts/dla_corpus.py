@@ -39,9 +39,14 @@ def one(model: corpus.Model, adjust: bool) -> dict[str, Any]:
     feeds = model.random_inputs()
     row: dict[str, Any] = {"model": model.id}
     started = time.perf_counter()
+    proto = onnx.load(str(path))  # loaded (and adjusted) once: partition, reference, build
+    if adjust:
+        from pydla.dla.adjust import adjust_for_dla
+
+        proto = adjust_for_dla(proto)[0]
     with tempfile.TemporaryDirectory() as out:
         try:
-            manifest, report = partition_model(str(path), out, "fp16", shapes, adjust=adjust)
+            manifest, report = partition_model(proto, out, "fp16", shapes)
         except PydlaError as e:
             row["error"] = f"{type(e).__name__}: {e}"
             return row
@@ -60,12 +65,7 @@ def one(model: corpus.Model, adjust: bool) -> dict[str, Any]:
             return ort.InferenceSession(p, providers=["CPUExecutionProvider"])
 
         try:
-            original = onnx.load(str(path))
-            if adjust:
-                from pydla.dla.adjust import adjust_for_dla
-
-                original = adjust_for_dla(original)[0]
-            want = session(original.SerializeToString()).run(manifest["outputs"], feeds)
+            want = session(proto.SerializeToString()).run(manifest["outputs"], feeds)
             got = run_parts(manifest, out, feeds, session)
             row["stitched_max_rel_diff"] = max(
                 float(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)).max())
@@ -75,11 +75,6 @@ def one(model: corpus.Model, adjust: bool) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001  (report the part that failed and go on)
             row["stitch_error"] = f"{type(e).__name__}: {e}"[:300]
     # The build's own DLA step (what --useDLACore without fallback runs before compiling).
-    proto = onnx.load(str(path))
-    if adjust:
-        from pydla.dla.adjust import adjust_for_dla
-
-        proto = adjust_for_dla(proto)[0]
     try:
         dla_build.plan(proto, BuildOptions(shapes=shapes, dla_core=0, autocast=DType.FLOAT16))
         row["standalone"] = "builds"
