@@ -21,7 +21,7 @@ from typing import Any
 import onnx
 
 from benchmarks.cpu_suite import agreement, core_latency_ns, ort_session
-from benchmarks.timing import alternate, others_load
+from benchmarks.timing import alternate, busy_neighbours, others_load
 from pydla.builder import BuildOptions, build
 from pydla.engine import LoadedModule
 from tests.models import corpus
@@ -60,10 +60,11 @@ def bench_model(m: corpus.Model, batch: int, args: argparse.Namespace,
     row["max_rel_diff"] = agreement(module.run(inputs), want)
     bound, outs = module.bound, module.run(inputs)
     before = core_latency_ns(args.probe)
-    times, load = others_load(lambda: alternate(
-        {"pydla": lambda: bound.execute(inputs, outs),
-         "ort": lambda: session.run(None, feeds)},
-        min_runs=args.runs, min_seconds=args.seconds))
+    with busy_neighbours(args.busy):
+        times, load = others_load(lambda: alternate(
+            {"pydla": lambda: bound.execute(inputs, outs),
+             "ort": lambda: session.run(None, feeds)},
+            min_runs=args.runs, min_seconds=args.seconds))
     row.update({"core_latency_ns": [before, core_latency_ns(args.probe)],
                 "others_load": None if load is None else round(load, 3),
                 "layers": len(module.program.layers),

@@ -43,7 +43,7 @@ import numpy as np
 import onnxruntime as ort
 
 from benchmarks.models import SUITE
-from benchmarks.timing import alternate, others_load, wait_for_idle
+from benchmarks.timing import alternate, busy_neighbours, others_load, wait_for_idle
 from pydla.backends.cpu import threads
 from pydla.builder import BuildOptions, build
 from pydla.engine import LoadedModule
@@ -145,10 +145,11 @@ def bench_one(name: str, batch: int, args: argparse.Namespace, workdir: Path) ->
         if args.settle:
             row["idle_before"] = wait_for_idle(args.settle)
         before = core_latency_ns(args.probe)
-        times, load = others_load(lambda: alternate(
-            {"pydla": lambda: bound.execute(inputs, outs),
-             "ort": lambda: session.run(None, feeds)},
-            min_runs=args.runs, min_seconds=args.seconds))
+        with busy_neighbours(args.busy):
+            times, load = others_load(lambda: alternate(
+                {"pydla": lambda: bound.execute(inputs, outs),
+                 "ort": lambda: session.run(None, feeds)},
+                min_runs=args.runs, min_seconds=args.seconds))
         if best is None or (load is not None and best[1] is not None and load < best[1]):
             best = (times, load)
             row["core_latency_ns"] = [before, core_latency_ns(args.probe)]
@@ -203,6 +204,9 @@ def main() -> None:
                    help="time a model again (keeping the quietest try) while other processes "
                         "used more than --max-load of the CPUs meanwhile")
     p.add_argument("--max-load", type=float, default=0.1)
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="time with N busy-loop processes beside the engines: a shared "
+                        "machine with N cores taken (results in *_busyN.json)")
     p.add_argument("--corpus", action="store_true",
                    help="the real-model corpus instead of the look-alikes (benchmarks/corpus.py; "
                         "results apart, in results/cpu_suite_corpus.json)")
@@ -246,6 +250,8 @@ def main() -> None:
     else:
         print_table(rows, means)
     default_out = RESULTS.with_name("cpu_suite_corpus.json") if args.corpus else RESULTS
+    if args.busy:
+        default_out = default_out.with_name(f"{default_out.stem}_busy{args.busy}.json")
     out = args.out or (None if args.quick else default_out)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +262,8 @@ def main() -> None:
                         "numpy": np.__version__, "numba": numba.__version__,
                         "onnxruntime": ort.__version__, "blas": blas},
             "settings": {"runs": args.runs, "seconds": args.seconds, "settle_s": args.settle,
-                         "attempts": args.attempts, "max_others_load": args.max_load,
+                         "attempts": args.attempts, "busy_processes": args.busy,
+                         "max_others_load": args.max_load,
                          "rounds": "alternating rounds of ~0.5 s, runs of the first 0.1 s "
                                    "not counted (the other engine's threads still spin)",
                          "ort_threads": threads.cores(), "ort_optimization": "ORT_ENABLE_ALL"},

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 import numpy as np
@@ -83,6 +86,22 @@ def wait_for_idle(max_s: float, threshold: float = 0.9) -> float | None:
         idle = idle_fraction()
         if idle is None or idle >= threshold or time.monotonic() >= deadline:
             return idle
+
+
+@contextlib.contextmanager
+def busy_neighbours(count: int) -> Iterator[None]:
+    """``count`` unrelated processes spinning on the CPUs meanwhile: the shared server,
+    container or CI runner where one core is taken by someone else (0: nothing)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(count)]
+    try:
+        if procs:
+            time.sleep(0.3)  # let the scheduler place them
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def others_load(fn: Callable[[], T]) -> tuple[T, float | None]:
