@@ -9,13 +9,15 @@ passed (pydla.backends.cpu's tactics then check their own preconditions, ``appli
 A rule is registered per op family with ``@rule("Op", …)``; it reads attributes through
 ``LayerCheck`` (typed, ranged, named by metadata path) and returns the outputs' expected
 ``(shape, dtype)`` — ``dtype`` None where the op's output type is not its inputs' concern.
-Ops without a rule run numpy-only kernels (numpy bounds-checks every access, and a
-reference kernel's results are shape-checked when they run: pydla.backends.cpu.registry);
-a test pins that every op with a compiled tactic has a rule.
+Every op with a CPU kernel has a rule or is in BIND_CHECKED (a test pins it); a layer of
+any other op is refused, as the backend has nothing to bind it to. What a rule cannot see
+— index *values*, which are runtime data — the kernels bound before use and refuse with a
+KernelError (pydla.backends.cpu.kernels.indexing.checked_indices and its callers).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -83,6 +85,14 @@ class LayerCheck:
                                 f"(shape {t.shape}), the op needs {lo}..{hi}")
         return t
 
+    def indices(self, k: int, rank: int | tuple[int, int] | None = None) -> TensorInfo:
+        """Input ``k``: an int32 or int64 tensor of indices (their values are checked by the
+        kernel when it runs: pydla.backends.cpu.kernels.indexing.checked_indices)."""
+        t = self.x(k, rank)
+        self.need(t.dtype in (DType.INT32, DType.INT64), k, f"{t.name!r} is "
+                  f"{t.dtype.name.lower()}, indices are int32 or int64")
+        return t
+
     def opt(self, k: int) -> TensorInfo | None:
         return self.ins[k] if k < len(self.ins) else None
 
@@ -116,6 +126,17 @@ class LayerCheck:
             want = f"{count} integers" if count is not None else "integers"
             raise self.fail(f".attrs.{name}", f"{v!r} is not a list of {want} in [{lo}, {hi}]")
         return list(v)
+
+    def float_(self, name: str, default: Any = None) -> float:
+        """A finite number (an int is one too)."""
+        v = self._attr(name, _REQUIRED if default is None else default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self.fail(f".attrs.{name}", f"{v!r} is not a finite number")
+        return float(v)
+
+    def flag(self, name: str, default: int = 0) -> bool:
+        """A 0/1 attribute."""
+        return bool(self.int_(name, default, 0, 1))
 
     def axis(self, name: str, rank: int, default: Any = None) -> int:
         """An axis attribute in [-rank, rank), returned non-negative."""
@@ -208,4 +229,13 @@ def layouts(check: LayerCheck) -> tuple[bool, bool]:
 
 
 # The rules live by family in pydla.loadable.rules_*; importing them fills RULES.
-from pydla.loadable import rules_elementwise, rules_nn, rules_shape  # noqa: E402,F401
+from pydla.loadable import (  # noqa: E402,F401
+    rules_attention,
+    rules_elementwise,
+    rules_indexing,
+    rules_math,
+    rules_nn,
+    rules_quantize,
+    rules_shape,
+    rules_spatial,
+)

@@ -48,6 +48,9 @@ def gather_elements(spec: LayerSpec, inputs: Inputs) -> list[np.ndarray]:
     x, idx = inputs[0], inputs[1]
     axis = spec.attrs["axis"]
     idx = checked_indices(spec, idx, x.shape[axis], f"axis {axis}")
+    # ONNX lets the indices be shorter than the data off the axis: read that corner only
+    # (take_along_axis would broadcast instead)
+    x = x[tuple(slice(None) if i == axis else slice(0, e) for i, e in enumerate(idx.shape))]
     return [np.take_along_axis(x, idx, axis)]
 
 

@@ -141,6 +141,10 @@ def _roi_axis(start: float, bins: int, bin_size: float, grid: int,
     return low, high, 1 - frac, frac, valid
 
 
+# Samples RoiAlign may take of one ROI (all channels): 2**28 float64s, 2 GiB per term.
+_MAX_SAMPLES = 1 << 28
+
+
 @reference("RoiAlign")
 def roi_align(spec: LayerSpec, inputs: Inputs) -> list[np.ndarray]:
     a = spec.attrs
@@ -157,10 +161,16 @@ def roi_align(spec: LayerSpec, inputs: Inputs) -> list[np.ndarray]:
         if not half:  # malformed ROIs become 1×1
             rw, rh = max(rw, 1.0), max(rh, 1.0)
         ratio = a["sampling_ratio"]
+        if not np.isfinite(rh * rw):
+            raise KernelError(spec.name, spec.op, f"ROI {r} {rois[r].tolist()} is not finite")
         gh = ratio if ratio > 0 else int(np.ceil(rh / ph))
         gw = ratio if ratio > 0 else int(np.ceil(rw / pw))
         if gh <= 0 or gw <= 0:
             continue
+        # an adaptive grid grows with the box (runtime data): bound the work it asks for
+        if gh * gw * ph * pw * x.shape[1] > _MAX_SAMPLES:
+            raise KernelError(spec.name, spec.op, f"ROI {r} {rois[r].tolist()} asks for a "
+                              f"{gh}x{gw} sampling grid per bin, over {_MAX_SAMPLES} samples")
         yl, yh, wyl, wyh, vy = _roi_axis(y1, ph, rh / ph, gh, height)
         xl, xh, wxl, wxh, vx = _roi_axis(x1, pw, rw / pw, gw, width)
         img = x[batch[r]].astype(np.float64)

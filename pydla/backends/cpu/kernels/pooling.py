@@ -183,7 +183,13 @@ def bind_max_unpool(spec: LayerSpec) -> RunFn:
         assert x is not None and ind is not None
         y = outputs[0]
         block = np.zeros(inner, y.dtype)
-        block.reshape(-1)[ind.reshape(-1)] = x.reshape(-1)
+        flat = ind.reshape(-1)
+        # indices are runtime data: a negative one would wrap instead of failing
+        if flat.size and (flat.min() < 0 or flat.max() >= block.size):
+            bad = int(flat[(flat < 0) | (flat >= block.size)][0])
+            raise KernelError(spec.name, spec.op, f"index {bad} is outside the unpooled "
+                              f"shape {inner} ({block.size} elements)")
+        block.reshape(-1)[flat] = x.reshape(-1)
         y.fill(0)
         y[corner] = block
 

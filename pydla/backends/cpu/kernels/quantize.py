@@ -125,7 +125,8 @@ def bind_qlinear_softmax(spec: LayerSpec) -> RunFn:
     last = list(range(len(shape) - len(axes), len(shape)))
 
     def run(inputs: Inputs, outputs: Outputs) -> None:
-        x, x_scale, y_scale, y_zp = inputs[0], inputs[1], inputs[3], inputs[4]
+        x, x_scale, y_scale = inputs[0], inputs[1], inputs[3]
+        y_zp = inputs[4] if len(inputs) > 4 else None
         table = _softmax_table(float(x_scale.reshape(-1)[0]), reduce_len, signed)
         moved = np.moveaxis(x, axes, last)
         rows = moved.reshape(-1, reduce_len).astype(np.int32)
