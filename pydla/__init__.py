@@ -7,7 +7,7 @@ runtime (``pydla.engine``, ``pydla.cudla``) needs only numpy (and numba).
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["InferenceSession", "NodeArg", "__version__"]
+__all__ = ["InferenceSession", "NodeArg", "__version__", "get_num_threads", "set_num_threads"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +16,9 @@ def __getattr__(name: str) -> Any:
         from pydla import session
 
         return getattr(session, name)
+    if name in ("set_num_threads", "get_num_threads"):
+        # the CPU engine's thread count (pydla.backends.cpu.threads), for programs bound next
+        from pydla.backends.cpu import threads
+
+        return threads.set_num_threads if name == "set_num_threads" else threads.num_threads
     raise AttributeError(f"module 'pydla' has no attribute {name!r}")

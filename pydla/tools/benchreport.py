@@ -46,9 +46,10 @@ def metric_ms(traces: Sequence[InferenceTrace]) -> dict[str, list[float]]:
     }
 
 
-def summary_lines(result: BenchResult, percentiles: Sequence[float]
+def summary_lines(result: BenchResult, percentiles: Sequence[float], threads: str | None = None
                   ) -> tuple[list[str], list[str], dict[str, Summary]]:
-    """(info lines, warning lines, summaries by metric) of the performance summary."""
+    """(info lines, warning lines, summaries by metric) of the performance summary;
+    ``threads`` says how many CPU threads the runs used (named in the instability warning)."""
     timed = result.timed
     wall_s = result.walltime_ns * 1e-9
     stats = {name: summarize(v, percentiles) for name, v in metric_ms(timed).items()}
@@ -73,6 +74,10 @@ def summary_lines(result: BenchResult, percentiles: Sequence[float]
         warn += [f"* Compute time is unstable, with coefficient of variance = {compute.cv:g}%.",
                  "  Pinning the process to idle cores (taskset) or a longer --duration may "
                  "improve the stability."]
+        if threads:
+            warn += [f"  The runs used {threads}; PYDLA_NUM_THREADS=N (or "
+                     "pydla.set_num_threads(N)) caps the count, PYDLA_THREAD_POLICY=fixed "
+                     "stops it adapting to busy cores."]
     info.append("Explanations of the performance metrics are printed in the verbose logs.")
     return info, warn, stats
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 from pydla.tools.buildflags import add_build_flags, engine_bytes
 from pydla.tools.filearg import add_file_args
@@ -104,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
         for line in rep.trace_lines(result.timed, args.avgRuns or 10):
             info(line)
     info()
-    lines, warnings, _ = rep.summary_lines(result, percentiles)
+    used = _threads_used(runners)
+    if used:
+        info(f"CPU threads: {used}")
+    lines, warnings, _ = rep.summary_lines(result, percentiles, used)
     for line in lines[:-1]:
         info(line)
     for line in warnings:
@@ -128,6 +132,12 @@ def run(args: argparse.Namespace) -> int:
                               dtypes)
         info(f"wrote {args.exportOutput} ({size:,} bytes)")
     return 0
+
+
+def _threads_used(runners: list[Any]) -> str | None:
+    """How many threads the CPU runs used (the first stream's; None off the CPU)."""
+    gov = getattr(runners[0].module.bound, "governor", None)
+    return gov.describe() if gov is not None else None
 
 
 def _write_json(path: str | None, value: object) -> None:

@@ -12,6 +12,8 @@ from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
 from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.fused import with_epilogue
+from pydla.backends.cpu.governor import Governor
+from pydla.backends.cpu.governor import policy as governor_policy
 from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder, tactic_applies
 from pydla.backends.cpu.steps import prebind
 from pydla.dtypes import DType, to_compute, to_storage
@@ -125,6 +127,9 @@ class CpuProgram:
         # one thread pool: numba's, with BLAS single-threaded; kernels split their work into
         # this many parts, so every run must use it (another program bound since may differ)
         self.threads = threads.configure()
+        # how many of those parts run in parallel: chosen run by run (a busy neighbour core
+        # makes fewer threads faster)
+        self.governor = Governor(self.threads, adaptive=governor_policy() == "adaptive")
         # 64-byte aligned arena (extra bytes let us slide the start to an aligned address).
         try:
             raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
@@ -173,24 +178,26 @@ class CpuProgram:
             np.copyto(y, view, casting="unsafe")
 
     def run_layers(self, on_layer: LayerHook | None = None) -> None:
-        # numba's count is per calling thread and global to it: a program bound later with
-        # another count (or one run from another thread) would leave this one's kernels
-        # forking onto the wrong number of workers.
-        if numba.get_num_threads() != self.threads:
-            numba.set_num_threads(self.threads)
+        # numba's count is per calling thread and global to it: set at every run, as a
+        # program bound later with another count (or run from another thread) changes it.
+        count = self.governor.begin()
+        if numba.get_num_threads() != count:
+            numba.set_num_threads(count)
         index = 0
+        clock = time.perf_counter_ns
+        begin = clock()
         try:
             if on_layer is None:
                 # ``index`` names the failing layer in the handler below.
                 for index, thunk in enumerate(self.thunks):  # noqa: B007
                     thunk()
-                return
-            clock = time.perf_counter_ns
-            for index, thunk in enumerate(self.thunks):
-                start = clock()
-                thunk()
-                # The runtime's timing and timeout hook; it may raise (PydlaError).
-                on_layer(index, start, clock())
+            else:
+                for index, thunk in enumerate(self.thunks):
+                    start = clock()
+                    thunk()
+                    # The runtime's timing and timeout hook; it may raise (PydlaError).
+                    on_layer(index, start, clock())
+            self.governor.end(clock() - begin)
         except PydlaError:
             raise
         except Exception as e:  # a kernel bug or a numeric failure: name the layer

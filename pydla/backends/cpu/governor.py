@@ -1,0 +1,147 @@
+"""How many threads a CPU program's run uses: chosen run by run, by measurement.
+
+Every kernel splits its work into the program's ``threads`` parts when it is bound. A run
+may execute those parts on fewer threads — ``numba.set_num_threads(k)`` before the run
+makes each parallel loop over n parts run on k threads — down to one, where the parts run
+one after another on the calling thread: no fork, no barrier.
+
+Why: every layer ends in a barrier that waits for its slowest thread. When another process
+holds one of the cores, a worker that loses its core at a barrier waits out a scheduler
+time slice (milliseconds) for a layer of microseconds. Measured on this project's 2-core
+machine with one core taken by a busy loop: PP-LCNet 9.2 ms on 2 threads, 6.0 ms on 1,
+onnxruntime 8.3 ms (alone: 4.7 ms on 2 threads, 6.3 on 1). A fixed thread count is wrong in
+one of the two cases, so the governor measures:
+
+- it times each run and keeps the last ``WINDOW`` times of the count it uses;
+- now and then it *probes*: ``PROBE_RUNS`` runs with the neighbouring count (the next
+  smaller one, or the next larger one once below the maximum), and switches when their
+  median beats the current count's median by more than ``HYSTERESIS``;
+- probes back off (``MIN_INTERVAL`` doubling up to ``MAX_INTERVAL`` runs) while they lose,
+  so a machine that stays quiet pays one slower run in hundreds; a run that overruns its
+  count's median ``OVERRUN``-fold (the machine changed) brings the next probe forward.
+
+``PYDLA_THREAD_POLICY=fixed`` turns it off: every run uses the program's thread count.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections import Counter, deque
+
+POLICY_VAR = "PYDLA_THREAD_POLICY"
+POLICIES = ("adaptive", "fixed")
+
+WINDOW = 7  # recent run times kept for the count in use
+PROBE_RUNS = 2  # runs in a probe: one sample alone is too noisy under contention
+HYSTERESIS = 0.10  # a probe must be this much faster to win
+OVERRUN = 2.0  # a run this many times its count's median triggers a probe
+MIN_INTERVAL = 8  # runs between probes, doubling while probes lose ...
+MAX_INTERVAL = 512  # ... up to this
+
+
+def policy() -> str:
+    """The thread policy named by ``PYDLA_THREAD_POLICY`` (default ``adaptive``)."""
+    raw = os.environ.get(POLICY_VAR, "").strip().lower() or "adaptive"
+    if raw not in POLICIES:
+        raise ValueError(f"{POLICY_VAR}={raw!r}: expected one of {', '.join(POLICIES)}")
+    return raw
+
+
+def candidates(threads: int) -> list[int]:
+    """The thread counts a program of ``threads`` parts may run with, largest first:
+    halving down to 1 (2 → [2, 1]; 8 → [8, 4, 2, 1])."""
+    counts = [threads]
+    while counts[-1] > 1:
+        counts.append(counts[-1] // 2)
+    return counts
+
+
+class Governor:
+    """Picks the thread count of each run (``begin``) from the times of the runs before
+    (``end``). Not thread-safe on purpose: one program runs one task at a time."""
+
+    def __init__(self, threads: int, adaptive: bool = True) -> None:
+        self.counts = candidates(threads) if adaptive else [threads]
+        self.current = 0  # index into counts
+        self.times: deque[int] = deque(maxlen=WINDOW)  # ns, runs at counts[current]
+        self.interval = MIN_INTERVAL
+        self.until_probe = MIN_INTERVAL
+        self.probe: int | None = None  # index being probed
+        self.probe_times: list[int] = []
+        self.downward = True  # the direction of the next probe
+        self.switches = 0
+        self.runs: Counter[int] = Counter()  # runs started, by thread count
+        self._running = 0
+
+    @property
+    def threads(self) -> int:
+        """The thread count runs use now (a probe apart)."""
+        return self.counts[self.current]
+
+    def describe(self) -> str:
+        """The runs by thread count, for a benchmark's report: "2 threads (adaptive: 1 in 3 %
+        of the runs)"."""
+        total = sum(self.runs.values())
+        top = self.counts[0]
+        text = f"{top} thread{'s' if top != 1 else ''}"
+        if len(self.counts) == 1:
+            return text + (" (fixed)" if top > 1 else "")
+        fewer = [(n, k) for n, k in sorted(self.runs.items(), reverse=True) if n != top and k]
+        if not total or not fewer:
+            return text + " (adaptive: every run used them)"
+        parts = ", ".join(f"{n} in {100 * k / total:.0f} %" for n, k in fewer)
+        return text + f" (adaptive: {parts} of the runs)"
+
+    def begin(self) -> int:
+        """The thread count for the run about to start."""
+        if self.probe is None and self.until_probe <= 0 and len(self.counts) > 1:
+            self.probe = self._neighbour()
+            self.probe_times = []
+        self._running = self.current if self.probe is None else self.probe
+        count = self.counts[self._running]
+        self.runs[count] += 1
+        return count
+
+    def end(self, elapsed_ns: int) -> None:
+        """The run started by ``begin`` took ``elapsed_ns``."""
+        if self.probe is not None and self._running == self.probe:
+            self.probe_times.append(elapsed_ns)
+            if len(self.probe_times) >= PROBE_RUNS:
+                self._decide()
+            return
+        usual = statistics.median(self.times) if len(self.times) >= 3 else None
+        self.times.append(elapsed_ns)
+        self.until_probe -= 1
+        if usual is not None and elapsed_ns > OVERRUN * usual:
+            # the machine changed (or a hiccup): look again soon, not in hundreds of runs
+            self.interval = MIN_INTERVAL
+            self.until_probe = 0
+
+    def _neighbour(self) -> int:
+        down, up = self.current + 1, self.current - 1
+        if up < 0 or (self.downward and down < len(self.counts)):
+            return down
+        return up
+
+    def _decide(self) -> None:
+        assert self.probe is not None
+        probed = statistics.median(self.probe_times)
+        usual = statistics.median(self.times) if self.times else float("inf")
+        if probed < (1.0 - HYSTERESIS) * usual:
+            self.current = self.probe
+            self.times = deque(self.probe_times, maxlen=WINDOW)
+            self.interval = MIN_INTERVAL
+            self.switches += 1
+            # keep going the way that paid; at either end, turn round
+            self.downward = self.current + 1 < len(self.counts) if self.downward \
+                else self.current == 0
+        else:
+            self.interval = min(2 * self.interval, MAX_INTERVAL)
+            # try the other side next time, where there is one
+            if 0 < self.current < len(self.counts) - 1:
+                self.downward = not self.downward
+            else:
+                self.downward = self.current == 0
+        self.until_probe = self.interval
+        self.probe = None
