@@ -8,6 +8,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     elementwise_activation,
     fast_copy,
     fast_gather,
+    fast_gru,
     fast_layernorm,
     fast_lstm,
     fast_matmul,

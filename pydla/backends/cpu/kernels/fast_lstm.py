@@ -3,18 +3,20 @@ activations, no peepholes, clip or sequence lengths, sequence-first layout.
 
 1. The input projections of every step and both directions are one GEMM,
    X (T·B × I) · Wᵀ (I × D·4H): the conv kernels' micro-kernel over Wᵀ packed once at
-   load, the threads splitting its columns (each streams its own part of W). fast_matmul's
+   load, the threads splitting its columns (each streams its own part of W; its rows where
+   there are few columns; one thread for a small product). fast_matmul's
    general product, which packs W at every call, took 0.35 ms of CRNN's 0.66 ms layers.
 2. The directions run concurrently (one thread each): per step h·Rᵀ (B × 4H) — fast_gemv's
    loop over a prepared Rᵀ for a batch of a few rows, the micro-kernel over Rᵀ packed once
    (h staged into a whole panel) up to AXPY_BATCH, ``sgemm`` beyond — then one loop
    over B × H applying both biases, the gates (i, o, f, c in ONNX's order) and the state
    update, writing h straight into Y, whose slice is the next step's h operand.
+
+The input product and the recurrent product are fast_recurrent's, shared with fast_gru.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,15 +25,14 @@ from numba import njit
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.fork import fork_call
-from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
-from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_rows, pack_b, packed_b_size
-from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
-from pydla.backends.cpu.kernels.fast_gemv import axpy_rows
-from pydla.backends.cpu.kernels.fast_math import (
-    FASTMATH_REDUCE,
-    float32_compute,
-    sigmoid32,
-    tanh32,
+from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, pack_b, packed_b_size
+from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, sigmoid32, tanh32
+from pydla.backends.cpu.kernels.fast_recurrent import (
+    InputProjection,
+    applies,
+    constant_weights,
+    panel_batch,
+    recurrent_product,
 )
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.steps import PreboundKernel, chain
@@ -40,13 +41,6 @@ from pydla.backends.cpu.workspace import aligned_zeros
 Thunk = Callable[[], None]
 
 _DEFAULT = ["sigmoid", "tanh", "tanh"]
-# Up to this batch the recurrent product is fast_gemv's loop or the micro-kernel over a
-# packed Rᵀ (sgemm would pack Rᵀ at every step); the loop below PANEL_BATCH, where most
-# of a panel's rows would be padding. CRNN's batch 8: the loop re-read each row of C per
-# four rows of Rᵀ and ran the LSTM 1.4-1.7× onnxruntime's time.
-AXPY_BATCH = 16
-PANEL_BATCH = 4
-_ONE, _ZERO = np.float32(1), np.float32(0)
 # geo layout: [T, B, I, H, D, reverse of direction 0]
 
 
@@ -73,17 +67,8 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
         # rh = h · Rᵀ with Rᵀ prepared (H × 4H): every row of it is read once per step.
         src = h0 if prev < 0 else y
         h_at = d * state if prev < 0 else (prev * dirs + d) * state
-        if batch < PANEL_BATCH:
-            axpy_rows(rt, rt_at, four, src, h_at, hidden, rh, rh_at, four, batch, 0, four,
-                      hidden, _ONE)
-        elif batch <= AXPY_BATCH:
-            hd = hs[d]
-            copy_bytes(hd.ctypes.data, src.ctypes.data + h_at * 4, state * 4)
-            gemm_rows(batch, four, hidden, hd.ctypes.data, hidden, rp[d], rh, rh_at, four,
-                      edge[d])
-        else:
-            sgemm(0, 0, batch, four, hidden, _ONE, src.ctypes.data + 4 * h_at, hidden,
-                  rt.ctypes.data + 4 * rt_at, four, _ZERO, rh.ctypes.data + 4 * rh_at, four)
+        recurrent_product(batch, hidden, src, h_at, hidden, rt, rt_at, four, four, rp[d],
+                          hs[d], edge[d], rh, rh_at, four)
         for b in range(batch):
             gb = (t * batch + b) * width + d * four
             rb = rh_at + b * four
@@ -107,32 +92,8 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
         yc[np.uint64(d * state + i)] = c[np.uint64(d * state + i)]
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
-def input_gates(t: int, xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, g: np.ndarray,
-                geo: np.ndarray, nthreads: int) -> None:
-    """Thread t's strips of G = X · Wᵀ (fork.fork_call). xp: X (T·B × I) in rows padded to
-    whole panels of MR; wp: Wᵀ packed (pack_b); edge (threads, MR·NR) the micro-kernel's
-    scratch for ragged blocks."""
-    m, k = geo[0] * geo[1], geo[2]
-    n = geo[4] * 4 * geo[3]
-    strips = -(-n // NR)
-    per = -(-strips // nthreads)
-    s0, s1 = t * per, min(strips, (t + 1) * per)
-    if s0 < s1:
-        gemm_rows(m, min(n, s1 * NR) - s0 * NR, k, xp.ctypes.data, k, wp[s0 * k * NR:],
-                  g, s0 * NR, n, edge[t])
-
-
 def _applies(spec: LayerSpec) -> bool:
-    a = spec.attrs
-    dirs = 2 if a["direction"] == "bidirectional" else 1
-    present = [i for i, s in enumerate(spec.inputs) if s is not None]
-    x = spec.inputs[0]
-    return (AVAILABLE and x is not None and int(a["layout"]) == 0 and a["clip"] is None
-            and list(a["activations"]) == _DEFAULT * dirs and not int(a["input_forget"])
-            and not any(i in present for i in (4, 7))
-            and float32_compute(*(spec.inputs[i] for i in present), *spec.outputs)
-            and math.prod(x.shape) > 0)
+    return applies(spec, _DEFAULT, layouts=(0,), absent=(4, 7))
 
 
 def bind_fused_gates(spec: LayerSpec) -> RunFn:
@@ -154,7 +115,8 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         h0 = ins[5] if len(ins) > 5 and ins[5] is not None else np.zeros((dirs, batch, hidden),
                                                                          np.float32)
         c0 = ins[6] if len(ins) > 6 else None
-        g = aligned_zeros((steps * batch, dirs * 4 * hidden))
+        proj = InputProjection(steps * batch, size, gates, nthreads)
+        g = proj.g
         rh = np.empty((dirs, batch, 4 * hidden), np.float32)
         c = np.empty((dirs, batch, hidden), np.float32)
         yh = outs[1] if n_out > 1 else np.empty((dirs, batch, hidden), np.float32)
@@ -162,15 +124,10 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         rt = aligned_zeros((dirs, hidden, 4 * hidden))
         bsum = np.zeros((dirs, 4 * hidden), np.float32)
         four = 4 * hidden
-        # X · Wᵀ (every direction's gates in one product): X's rows padded to whole
-        # panels (the micro-kernel reads them), Wᵀ packed.
-        xp = aligned_zeros((-(-steps * batch // MR) * MR, size))
-        wp = aligned_zeros(packed_b_size(size, gates))
-        edge = np.zeros((max(nthreads, dirs), MR * NR), np.float32)
-        panel = PANEL_BATCH <= batch <= AXPY_BATCH
+        edge = np.zeros((dirs, MR * NR), np.float32)
+        panel = panel_batch(batch)
         rp = aligned_zeros((dirs, packed_b_size(hidden, four) if panel else 0))
         hs = np.zeros((dirs, -(-batch // MR) * MR * hidden if panel else 0), np.float32)
-        xs = src.reshape(steps * batch, size)
 
         def prepare() -> None:
             np.copyto(rt, r.transpose(0, 2, 1))
@@ -179,17 +136,14 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                     pack_b(rt[d].reshape(-1), four, hidden, four, rp[d])
             if b is not None:
                 np.add(b[:, :four], b[:, four:], out=bsum)
-            pack_b(np.ascontiguousarray(w.reshape(gates, size).T).reshape(-1), gates, size,
-                   gates, wp)
+            proj.pack(w)
 
-        # Weights are read-only views of the loadable (Program.weight): derived once here.
-        # Writable W, R or B are runtime tensors, derived again at every run.
-        constant = (not r.flags.writeable and not w.flags.writeable
-                    and (b is None or not b.flags.writeable))
+        constant = constant_weights(w, r, b)
         if constant:
             prepare()
-        # The input product on every thread, then the directions, one per thread.
-        run = chain(fork_call(input_gates, nthreads, xp, wp, edge, g.reshape(-1), geo, nthreads),
+        # The input product (on every thread where it pays), then the directions, one per
+        # thread.
+        run = chain(proj.thunk(),
                     fork_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
                               np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
                               rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
@@ -203,7 +157,7 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                 np.copyto(c, c0)
             else:
                 c.fill(0)
-            np.copyto(xp[:steps * batch], xs)  # X is read where it lies at every run
+            proj.load(src)
             run()
 
         return step
