@@ -77,7 +77,29 @@ def _resize_pointwise() -> onnx.ModelProto:
         {"x": (F, [1, 4, 4, 4])}, ["y"], {"sc": np.array([1, 1, 2, 2], F)})
 
 
+def _index_ops() -> onnx.ModelProto:
+    """The numpy-reference ops whose indices are data (issue 29): each layer's rule and
+    each kernel's run-time bound check meet mutated metadata here."""
+    i64 = np.int64
+    return make_model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, name="topk"),
+         helper.make_node("GatherElements", ["x", "i"], ["g"], axis=1, name="gather_el"),
+         helper.make_node("Einsum", ["g", "v"], ["e"], equation="ij,kj->ik", name="einsum"),
+         helper.make_node("ScatterElements", ["x", "i", "v"], ["s"], axis=1,
+                          reduction="add", name="scatter_el"),
+         helper.make_node("GatherND", ["s", "nd"], ["n"], name="gather_nd"),
+         helper.make_node("OneHot", ["i", "depth", "onoff"], ["oh"], axis=-1, name="onehot"),
+         helper.make_node("ReduceSum", ["oh", "ax"], ["hits"], keepdims=0, name="hits"),
+         helper.make_node("QuantizeLinear", ["s", "qs", "qz"], ["q"], name="quant"),
+         helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["dq"], name="dequant"),
+         helper.make_node("Add", ["dq", "hits"], ["y"], name="add")],
+        {"x": (F, [2, 6])}, ["y", "e", "n"],
+        {"k": np.array([3], i64), "nd": np.array([[0, 5], [1, 0]], i64),
+         "depth": np.array(6, i64), "onoff": np.array([0, 1], F), "ax": np.array([1], i64),
+         "qs": np.array(0.05, F), "qz": np.array(128, np.uint8)}, opset=18)
+
+
 SEED_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "conv_net": _conv_net, "attention": _attention_block, "shapes": _shapes,
-    "resize_pointwise": _resize_pointwise,
+    "resize_pointwise": _resize_pointwise, "index_ops": _index_ops,
 }
