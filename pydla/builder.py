@@ -24,8 +24,9 @@ from pydla.plan.calibrate import tensor_ranges
 from pydla.plan.layouts import assign_layouts
 from pydla.plan.lower import IOFormat, lower
 from pydla.plan.memory import check_build_memory
-from pydla.plan.precision import autocast
-from pydla.plan.tactics import TimingCache, choose_tactics
+from pydla.plan.precision import autocast, feed_io_types
+from pydla.plan.tactics import TimingCache, choose_tactics, timer_for
+from pydla.plan.weak_typing import WeakTyping
 from pydla.quantization import Int8Options
 from pydla.quantization.build import quantize_for_build
 from pydla.tools.layerinfo import layer_info
@@ -52,8 +53,14 @@ class BuildOptions:
     log: Callable[[str], None] | None = None
     # Run the IR verifier after every pass (tests switch it on).
     verify_passes: bool = False
-    # --autocast: run float32 layers in this type where safe (pydla.plan.precision).
+    # --autocast: convert the float32 network to this type where the policy calls it safe
+    # (pydla.plan.precision); the converted types are then kept, as a strongly typed build.
     autocast: DType | None = None
+    # --fp16/--bf16: TensorRT's weak typing: layers may run in these types where the policy
+    # allows and, timed on the CPU, they are faster than float32 (pydla.plan.weak_typing).
+    allow: Sequence[DType] = ()
+    # --stronglyTyped: every layer runs in the network's own types; refuses the above.
+    strongly_typed: bool = False
     layer_precisions: Mapping[str, str] = field(default_factory=dict)
     calibration: Sequence[Mapping[str, np.ndarray]] = ()
     # --int8: calibrate (or read --calib's cache) and quantize (pydla.quantization).
@@ -100,9 +107,9 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     check_build_memory(graph, limit, how, autotune=autotune,
                        calibration=bool(options.calibration), fold_limit=ctx.fold_limit_bytes)
     if options.int8 is not None:
-        if options.autocast is not None:
-            raise BuildError("--int8 with --autocast is not supported: the layers int8 does "
-                             "not take stay float32")
+        if options.autocast is not None or options.allow:
+            raise BuildError("--int8 with --autocast/--fp16/--bf16 is not supported: the "
+                             "layers int8 does not take stay float32")
         quantize_for_build(graph, options.int8, ctx, opt_level=options.opt_level,
                            disabled=options.disabled_passes,
                            overrides=options.layer_precisions,
@@ -111,12 +118,8 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
                           disabled=options.disabled_passes, verify_each=options.verify_passes)
     if options.opt_level > 0:
         manager.run(graph, ctx)
-    if options.autocast is not None:
-        ranges = tensor_ranges(graph, list(options.calibration)) if options.calibration else None
-        autocast(graph, options.autocast, ctx, options.layer_precisions, ranges)
-    elif options.layer_precisions and options.int8 is None:
-        raise BuildError("--layerPrecisions adjusts --autocast; without it the model's own "
-                         "types decide every layer's precision")
+    cache = TimingCache.load(options.timing_cache) if autotune else None
+    _assign_precisions(graph, options, ctx, autotune, cache)
     if options.opt_level == 0:  # reference kernels only, for bisecting
         for node in graph.nodes:
             node.tactic = REFERENCE
@@ -128,11 +131,63 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     # the samples are drawn.
     check_build_memory(graph, limit, how, autotune=autotune, calibration=False,
                        fold_limit=0)
-    cache = TimingCache.load(options.timing_cache) if autotune else None
     choose_tactics(graph, ctx, autotune=autotune, cache=cache, progress=options.progress)
     if cache is not None:
         cache.save()
     return graph
+
+
+def _assign_precisions(graph: Graph, options: BuildOptions, ctx: PassContext, autotune: bool,
+                       cache: TimingCache | None) -> None:
+    """--autocast converts, --fp16/--bf16 allow (weak typing: timed per region on the CPU),
+    --stronglyTyped and no flag keep the network's types. Records each converted layer's
+    type and why for the layer info (build["precision"])."""
+    allow = tuple(dict.fromkeys(options.allow))
+    if any(t not in (DType.FLOAT16, DType.BFLOAT16) for t in allow):
+        raise BuildError(f"--fp16/--bf16 allow fp16 or bf16, not "
+                         f"{[t.short for t in allow]}")
+    if options.strongly_typed and (options.autocast is not None or allow):
+        raise BuildError("--stronglyTyped runs the network's own types: it excludes "
+                         "--fp16, --bf16 and --autocast")
+    if options.autocast is not None and allow:
+        raise BuildError("--autocast converts the network, --fp16/--bf16 let the builder "
+                         "choose per layer: give one of them")
+    target = options.autocast or (allow[0] if allow else None)
+    if target is None:
+        if options.layer_precisions and options.int8 is None:
+            raise BuildError("--layerPrecisions adjusts --autocast, --fp16 or --bf16; without "
+                             "them the model's own types decide every layer's precision")
+        return
+    ranges = tensor_ranges(graph, list(options.calibration)) if options.calibration else None
+    chooser = None
+    if allow and autotune:
+        io_types = {id(v): f.dtype for vs, fs in ((graph.inputs, options.input_formats),
+                                                 (graph.outputs, options.output_formats))
+                    for v, f in zip(vs, fs or ()) if f.dtype is not None}
+        chooser = WeakTyping(timer_for(graph, cache), allow, io_types)
+    chosen = autocast(graph, target, ctx, options.layer_precisions, ranges, choose=chooser)
+    if allow and chooser is None:
+        untimed = ("the target is cuda (tuned on the GPU)" if options.target != "cpu"
+                   else "autotuning is off")
+        default = f"allowed; not timed: {untimed}"
+    else:
+        default = "allowed" if allow else "--autocast"
+    layers = {}
+    for name, (short, why) in chosen.items():
+        why = (chooser.reasons.get(name) if chooser is not None else None) or (
+            f"{short}: {why}" if why else f"{short}: {default}")
+        layers[name] = [short, why.split(": ", 1)[1]]
+        if chooser is not None and name in chooser.reasons:
+            ctx.note(f"precision: {name!r} {why}")
+    removed = feed_io_types(graph, [f.dtype for f in options.input_formats or ()],
+                            [f.dtype for f in options.output_formats or ()])
+    for name in removed:
+        ctx.note(f"precision: {name!r} removed: the I/O format carries that type")
+    ctx.records["precision"] = {
+        "mode": "weak" if allow else "autocast", "allowed": [t.short for t in allow],
+        "layers": layers}
+    if cache is not None:
+        cache.save()
 
 
 def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,

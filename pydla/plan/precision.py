@@ -15,7 +15,7 @@ types. Only float32 tensors change type.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -57,9 +57,19 @@ def _is_float32(v: Value | None) -> bool:
     return v is not None and v.dtype is DType.FLOAT32
 
 
+Precision = dict[int, DType]  # id(node) -> the type it runs in (nodes with a float32 tensor)
+
+
 def autocast(graph: Graph, target: DType, ctx: PassContext,
              overrides: Mapping[str, str] | None = None,
-             ranges: Mapping[int, float] | None = None) -> None:
+             ranges: Mapping[int, float] | None = None,
+             choose: Callable[[Graph, Precision, set[int]], Precision] | None = None
+             ) -> dict[str, tuple[str, str]]:
+    """Convert ``graph`` under the policy; ``choose`` (weak typing, pydla.plan.weak_typing)
+    may change the types of layers the policy made ``target`` before anything changes: it
+    receives the plan and the ids of the layers ``--layerPrecisions`` fixed. Returns each
+    converted layer's name → (type, why: the policy's reason, "--layerPrecisions", or "" where
+    the policy allowed ``target``)."""
     if target not in LIMITS:
         raise BuildError(f"--autocast takes fp16 or bf16, not {target.short}")
     overrides = dict(overrides or {})
@@ -67,13 +77,81 @@ def autocast(graph: Graph, target: DType, ctx: PassContext,
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise BuildError(f"--layerPrecisions names unknown layers {unknown}")
-    limit = LIMITS[target]
+    decisions: dict[int, tuple[DType | None, str]] = {}
+    for node in graph.nodes:
+        decisions[id(node)] = _decide(node, target, overrides, ranges, LIMITS[target])
+        if decisions[id(node)][1]:
+            ctx.note(f"autocast: kept {node.op} {node.name!r} in fp32: "
+                     f"{decisions[id(node)][1]}")
+    fixed = {id(n) for n in graph.nodes
+             if any(name in overrides for name in [n.name, *n.fused_from])}
+    plan = plan_precisions(graph, target, decisions)
+    if choose is not None:
+        plan = choose(graph, plan, fixed)
+    why = {id(n): "--layerPrecisions" if id(n) in fixed else decisions[id(n)][1]
+           for n in graph.nodes}
+    chosen = {n.name: (plan[id(n)].short, why[id(n)]) for n in graph.nodes if id(n) in plan}
+    apply_precisions(graph, plan)
+    return chosen
+
+
+def plan_precisions(graph: Graph, target: DType,
+                    decisions: Mapping[int, tuple[DType | None, str]],
+                    forced: Mapping[int, DType] | None = None) -> Precision:
+    """Each layer's type without changing the graph: ``forced`` first, else the policy's
+    decision, else (data movement) the type of its first non-constant float input as the
+    layers before it leave that input."""
+    forced = forced or {}
+    dtypes: dict[int, DType] = {}
+
+    def dtype(v: Value) -> DType:
+        return dtypes.get(id(v), v.dtype)
+
+    plan: Precision = {}
+    for node in graph.nodes:
+        floats_in = [v for v in node.inputs if v is not None and dtype(v) is DType.FLOAT32]
+        floats_out = [v for v in node.outputs if dtype(v) is DType.FLOAT32]
+        if not floats_in and not floats_out:
+            continue
+        precision = forced.get(id(node)) or decisions[id(node)][0]
+        if precision is None:
+            live = [v for v in node.inputs if v is not None and dtype(v).is_float
+                    and not v.is_const]
+            precision = dtype(live[0]) if live else target
+        for v in floats_out:
+            dtypes[id(v)] = precision
+        plan[id(node)] = precision
+    return plan
+
+
+def input_type(node: Node, v: Value, precision: DType) -> DType:
+    """The type a layer running in ``precision`` reads input ``v`` (of its planned type) in:
+    float inputs take the layer's type, except a Cast's (it converts them itself)."""
+    if v.dtype is DType.FLOAT32 or (v.dtype.is_float and v.dtype != precision
+                                    and node.op != "Cast"):
+        return precision
+    return v.dtype
+
+
+def retyped_attrs(node: Node, precision: DType) -> dict[str, Any]:
+    """The layer's attributes in ``precision``: a Cast's target, fused programs' steps."""
+    attrs = dict(node.attrs)
+    if node.op == "Cast" and any(v.dtype is DType.FLOAT32 for v in node.outputs):
+        attrs["to"] = int(precision)
+    return _retype_programs(attrs, precision)
+
+
+def apply_precisions(graph: Graph, plan: Precision) -> None:
+    """Retype the planned layers, with a Cast where a tensor crosses types; network inputs
+    and outputs keep their types."""
     original_outputs = [(v, v.dtype) for v in graph.outputs]
     casts: dict[tuple[int, DType], Value] = {}
     converted: dict[tuple[int, DType], Value] = {}
     new_nodes: list[Node] = []
 
     def cast(v: Value, dtype: DType) -> Value:
+        if v.dtype is dtype:
+            return v
         if v.is_const:
             key = (id(v), dtype)
             if key not in converted:
@@ -90,24 +168,16 @@ def autocast(graph: Graph, target: DType, ctx: PassContext,
         return casts[key]
 
     for node in graph.nodes:
-        floats_in = [v for v in node.inputs if _is_float32(v)]
-        floats_out = [v for v in node.outputs if _is_float32(v)]
-        if not floats_in and not floats_out:
+        precision = plan.get(id(node))
+        if precision is None:
             new_nodes.append(node)
             continue
-        precision = _decide(node, target, overrides, ranges, limit, ctx)
-        if precision is None:  # follow the first non-constant float input
-            live = [v for v in node.inputs if v is not None and v.dtype.is_float
-                    and not v.is_const]
-            precision = live[0].dtype if live else target
-        node.inputs = [cast(v, precision) if _is_float32(v) or (
-            v is not None and v.dtype.is_float and v.dtype != precision
-            and node.op not in ("Cast",)) else v for v in node.inputs]
-        for v in floats_out:
-            v.dtype = precision
-        if node.op == "Cast" and floats_out:
-            node.attrs = {**node.attrs, "to": int(precision)}
-        _retype_programs(node, precision)
+        node.attrs = retyped_attrs(node, precision)
+        node.inputs = [None if v is None else cast(v, input_type(node, v, precision))
+                       for v in node.inputs]
+        for v in node.outputs:
+            if v.dtype is DType.FLOAT32:
+                v.dtype = precision
         node.precision = precision.short
         new_nodes.append(node)
     graph.nodes = new_nodes
@@ -120,13 +190,56 @@ def autocast(graph: Graph, target: DType, ctx: PassContext,
             graph.outputs[i] = back
 
 
+def feed_io_types(graph: Graph, input_types: Sequence[DType | None],
+                  output_types: Sequence[DType | None]) -> list[str]:
+    """Let a network input or output whose I/O format names the type its layers run in be
+    that type: an fp16 ``chw16`` input read only through Casts to fp16 becomes an fp16 tensor
+    (the runtime's reorder writes fp16; no fp32 round trip, no Cast layer), and an output
+    Cast from fp16 back to float32 goes when the output format is fp16. Returns the names
+    of the Casts removed."""
+    removed: list[str] = []
+    for v, t in zip(graph.inputs, input_types):
+        readers = [n for n in graph.nodes if any(x is v for x in n.inputs)]
+        if (t is None or v.dtype is t or not t.is_float or not readers
+                or not all(_is_cast_to(n, t) for n in readers)):
+            continue
+        v.dtype = t
+        for cast_node in readers:
+            out = cast_node.outputs[0]
+            for n in graph.nodes:
+                n.inputs = [v if x is out else x for x in n.inputs]
+            graph.outputs = [v if x is out else x for x in graph.outputs]
+            removed.append(cast_node.name)
+        graph.nodes = [n for n in graph.nodes if n.name not in removed]
+    producer = {id(x): n for n in graph.nodes for x in n.outputs}
+    for i, (v, t) in enumerate(zip(list(graph.outputs), output_types)):
+        cast_node = producer.get(id(v))
+        if t is None or v.dtype is t or cast_node is None or cast_node.op != "Cast":
+            continue
+        src = cast_node.inputs[0]
+        if (src is None or src.dtype is not t or src.is_const
+                or any(x is v for n in graph.nodes for x in n.inputs)
+                or any(x is src for x in graph.outputs) or any(x is src for x in graph.inputs)):
+            continue
+        src.name = v.name
+        graph.outputs[i] = src
+        graph.nodes = [n for n in graph.nodes if n is not cast_node]
+        removed.append(cast_node.name)
+    return removed
+
+
+def _is_cast_to(node: Node, dtype: DType) -> bool:
+    return node.op == "Cast" and int(node.attrs.get("to", -1)) == int(dtype)
+
+
 def _decide(node: Node, target: DType, overrides: Mapping[str, str],
-            ranges: Mapping[int, float] | None, limit: float, ctx: PassContext
-            ) -> DType | None:
+            ranges: Mapping[int, float] | None, limit: float) -> tuple[DType | None, str]:
+    """The policy's type for a layer (None: its input's) and, when it keeps float32 by
+    policy, why."""
     for name in [node.name, *node.fused_from]:
         if name in overrides:
             try:
-                return SHORT_TO_DTYPE[overrides[name]]
+                return SHORT_TO_DTYPE[overrides[name]], ""
             except KeyError:
                 raise BuildError(f"--layerPrecisions {name}:{overrides[name]}: precision must "
                                  "be fp32, fp16 or bf16") from None
@@ -134,31 +247,28 @@ def _decide(node: Node, target: DType, overrides: Mapping[str, str],
         peak = max((ranges.get(id(v), 0.0) for v in [*node.inputs, *node.outputs]
                     if v is not None and not v.is_const), default=0.0)
         if peak > limit:
-            ctx.note(f"autocast: kept {node.op} {node.name!r} in fp32: values up to "
-                     f"{peak:.4g} overflow {target.short} on the calibration data")
-            return DType.FLOAT32
-    ops = _program_ops(node)
-    sensitive = ops & SENSITIVE
+            return DType.FLOAT32, (f"values up to {peak:.4g} overflow {target.short} on the "
+                                   "calibration data")
+    sensitive = _program_ops(node) & SENSITIVE
     if sensitive:
-        ctx.note(f"autocast: kept {node.op} {node.name!r} in fp32 ({', '.join(sorted(sensitive))}"
-                 " is numerically sensitive)")
-        return DType.FLOAT32
+        return DType.FLOAT32, f"{', '.join(sorted(sensitive))} is numerically sensitive"
     if node.op in FOLLOW:
-        return None
-    return target
+        return None, ""
+    return target, ""
 
 
-def _retype_programs(node: Node, precision: DType) -> None:
+def _retype_programs(attrs: dict[str, Any], precision: DType) -> dict[str, Any]:
     """Fused programs name each step's type; float32 steps take the layer's precision."""
     def retype(program: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**s, "dtype": precision.name.lower()} if s["dtype"] == "float32" else s
                 for s in program]
 
-    if "program" in node.attrs:
-        node.attrs = {**node.attrs, "program": retype(node.attrs["program"])}
-    if "epilogue" in node.attrs:
-        epi = node.attrs["epilogue"]
-        node.attrs = {**node.attrs, "epilogue": {**epi, "program": retype(epi["program"])}}
+    if "program" in attrs:
+        attrs["program"] = retype(attrs["program"])
+    if "epilogue" in attrs:
+        epi = attrs["epilogue"]
+        attrs["epilogue"] = {**epi, "program": retype(epi["program"])}
+    return attrs
 
 
 def load_calibration(path: str) -> list[dict[str, np.ndarray]]:

@@ -8,7 +8,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
 from pydla.backends.cpu.steps import prebind
+from pydla.dtypes import to_storage
 from pydla.errors import BuildError, ResourceLimitError
 from pydla.ir import Graph, Node
 from pydla.passes.base import PassContext
@@ -94,21 +95,28 @@ def layer_key(spec: LayerSpec) -> str:
     return hashlib.sha256(desc.encode()).hexdigest()[:32]
 
 
-def _sample_inputs(node: Node, rng: np.random.Generator) -> list[np.ndarray | None]:
+def layer_consts(node: Node) -> list[np.ndarray | None]:
+    """Each input's constant data (None for a tensor computed at run time)."""
+    return [None if v is None or not v.is_const else np.asarray(v.const) for v in node.inputs]
+
+
+def sample_inputs(spec: LayerSpec, consts: Sequence[np.ndarray | None],
+                  rng: np.random.Generator) -> list[np.ndarray | None]:
+    """Inputs to time ``spec`` on: its constants, random values for the other floats."""
     out: list[np.ndarray | None] = []
-    for v in node.inputs:
-        if v is None:
+    for s, c in zip(spec.inputs, consts):
+        if s is None:
             out.append(None)
-        elif v.is_const:
+        elif c is not None:
             # Read-only, as a loadable's weights are: kernels may cache what they derive
             # from them (Winograd's transformed filters).
-            const = np.asarray(v.const).view()
+            const = c.view()
             const.flags.writeable = False
             out.append(const)
-        elif v.dtype.is_float:
-            out.append(rng.standard_normal(v.shape).astype(v.dtype.np))
+        elif s.dtype.is_float:
+            out.append(to_storage(rng.standard_normal(s.shape).astype(np.float32), s.dtype))
         else:
-            out.append(np.zeros(v.shape, v.dtype.np))
+            out.append(np.zeros(s.shape, s.dtype.np))
     return out
 
 
@@ -149,16 +157,15 @@ class _Evictor:
 _evict = _Evictor()
 
 
-def time_tactic(node: Node, name: str, inputs: list[np.ndarray | None],
+def time_tactic(spec: LayerSpec, name: str, inputs: list[np.ndarray | None],
                 budget_s: float = 0.05, max_runs: int = 10, cold: bool = True) -> float:
     """Fastest run of one layer under one tactic, in milliseconds, prebound as the executor
     runs it and warmed up once; with ``cold``, each timed run starts with the caches holding
     other data. Not the median: on a shared machine other processes only ever add time,
     and a parallel kernel loses whole time slices at its barrier while a single-threaded
     one does not, so a noisy median would systematically favour the slower tactic."""
-    spec = layer_spec(node)
     spec = LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, name)
-    outs = [np.empty(v.shape, v.dtype.np) for v in node.outputs]
+    outs = [np.empty(s.shape, s.dtype.np) for s in spec.outputs]
     step = prebind(bind_layer(spec), inputs, outs)
     with np.errstate(all="ignore"):
         step()
@@ -233,32 +240,29 @@ def resident_bytes(graph: Graph) -> int:
     return total
 
 
-def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
-                   cache: TimingCache | None = None,
-                   progress: Callable[[int, int], Any] | None = None) -> None:
-    """Set ``node.tactic`` for every layer."""
-    rng = np.random.default_rng(0)
-    # Half the cache: it also holds the activations.
-    cold = resident_bytes(graph) > _last_level_cache_bytes() // 2
-    if autotune:
-        _precompile(graph, cache, cold)
-    for i, node in enumerate(graph.nodes):
-        if progress is not None:
-            progress(i, len(graph.nodes))
-        spec = layer_spec(node)
+class LayerTimer:
+    """Times every tactic of a layer spec (the timing cache first) and names the winner:
+    what tactic choice and weak typing (pydla.plan.weak_typing) both measure with."""
+
+    def __init__(self, cache: TimingCache | None, cold: bool) -> None:
+        self.cache = cache
+        self.cold = cold
+        self.rng = np.random.default_rng(0)
+
+    def timings(self, spec: LayerSpec, consts: Sequence[np.ndarray | None]
+                ) -> dict[str, float]:
+        """Milliseconds per tactic (the reference included); empty when no fast tactic
+        applies (the reference runs untimed)."""
         try:
             cands = candidate_tactics(spec)
         except MemoryError as e:  # an applies() check sized by a malformed layer's shapes
-            raise ResourceLimitError(f"layer {node.name!r} ({node.op}): out of memory "
+            raise ResourceLimitError(f"layer {spec.name!r} ({spec.op}): out of memory "
                                      f"choosing its kernel ({e or 'MemoryError'})") from e
         if not cands:
-            node.tactic = REFERENCE
-            continue
-        if not autotune:
-            node.tactic = cands[0].name
-            continue
-        key = layer_key(spec) + (":cold" if cold else "")  # the timings differ
+            return {}
+        key = layer_key(spec) + (":cold" if self.cold else "")  # the timings differ
         names = [t.name for t in cands] + [REFERENCE]
+        cache = self.cache
         known = cache.entries.get(key, {}) if cache is not None else {}
         timings = {n: known[n] for n in names if n in known}
         missing = [n for n in names if n not in timings]
@@ -266,12 +270,59 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
             cache.hits += not missing
             cache.misses += bool(missing)
         if missing:
-            inputs = _sample_inputs(node, rng)
+            inputs = sample_inputs(spec, consts, self.rng)
             for n in missing:
-                timings[n] = time_tactic(node, n, inputs, cold=cold)
-                precompile.mark(node.op, n)
+                timings[n] = time_tactic(spec, n, inputs, cold=self.cold)
+                precompile.mark(spec.op, n)
             if cache is not None:
                 cache.entries[key] = {**known, **timings}
+        return timings
+
+    def best_ms(self, spec: LayerSpec, consts: Sequence[np.ndarray | None]) -> float:
+        """The time of the tactic ``pick`` would choose (the reference's, timed, when it is
+        the only kernel)."""
+        timings = self.timings(spec, consts)
+        if not timings:
+            key = layer_key(spec) + (":cold" if self.cold else "")
+            known = self.cache.entries.get(key, {}) if self.cache is not None else {}
+            if REFERENCE not in known:
+                inputs = sample_inputs(spec, consts, self.rng)
+                known = {REFERENCE: time_tactic(spec, REFERENCE, inputs, cold=self.cold)}
+                if self.cache is not None:
+                    self.cache.entries[key] = known
+            return known[REFERENCE]
+        return timings[pick(timings)]
+
+
+def timer_for(graph: Graph, cache: TimingCache | None) -> LayerTimer:
+    """A timer whose runs are cold where the network's weights do not fit half the
+    last-level cache (it also holds the activations)."""
+    return LayerTimer(cache, cold=resident_bytes(graph) > _last_level_cache_bytes() // 2)
+
+
+def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
+                   cache: TimingCache | None = None,
+                   progress: Callable[[int, int], Any] | None = None) -> None:
+    """Set ``node.tactic`` for every layer."""
+    timer = timer_for(graph, cache)
+    if autotune:
+        _precompile(graph, cache, timer.cold)
+    for i, node in enumerate(graph.nodes):
+        if progress is not None:
+            progress(i, len(graph.nodes))
+        spec = layer_spec(node)
+        if not autotune:
+            try:
+                cands = candidate_tactics(spec)
+            except MemoryError as e:
+                raise ResourceLimitError(f"layer {node.name!r} ({node.op}): out of memory "
+                                         f"choosing its kernel ({e or 'MemoryError'})") from e
+            node.tactic = cands[0].name if cands else REFERENCE
+            continue
+        timings = timer.timings(spec, layer_consts(node))
+        if not timings:
+            node.tactic = REFERENCE
+            continue
         node.tactic = pick(timings)
         ctx.note(f"tactics: {node.op} {node.name!r} -> {node.tactic} ("
                  + ", ".join(f"{n} {ms:.3f} ms" for n, ms in sorted(timings.items(),

@@ -31,9 +31,17 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
                    help="0 = no passes, reference kernels (for bisecting); 3 (default) = "
                    "every pass, kernels chosen by timing them")
     g.add_argument("--timingCacheFile", help="read and update kernel timings here")
+    g.add_argument("--fp16", action="store_true", help="allow fp16 layers: each region the "
+                   "precision policy allows runs in fp16 only where timed faster than fp32 "
+                   "(TensorRT's weak typing; docs/builder.md)")
+    g.add_argument("--bf16", action="store_true", help="allow bf16 layers, as --fp16")
+    g.add_argument("--stronglyTyped", action="store_true", help="every layer in the "
+                   "network's own types (excludes --fp16/--bf16/--autocast)")
     g.add_argument("--autocast", choices=("fp16", "bf16"),
-                   help="run float32 layers in fp16/bf16 where numerically safe")
-    g.add_argument("--layerPrecisions", help="per-layer override for --autocast: name:fp32,…")
+                   help="convert float32 layers to fp16/bf16 wherever numerically safe, "
+                   "faster or not (for accelerators: DLA, cuda)")
+    g.add_argument("--layerPrecisions", help="per-layer override for --fp16/--bf16/"
+                   "--autocast: name:fp32,…")
     g.add_argument("--calibrationInputs", help=".npz of inputs for --autocast's range check")
     q = p.add_argument_group("INT8 calibration (docs/int8.md)")
     q.add_argument("--int8", action="store_true",
@@ -77,6 +85,9 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
         opt_level=args.builderOptimizationLevel, verbose=verbose, log=log,
         timing_cache=args.timingCacheFile, progress=progress,
         autocast=DType.from_name(args.autocast) if args.autocast else None,
+        allow=tuple(t for t, on in ((DType.FLOAT16, getattr(args, "fp16", False)),
+                                    (DType.BFLOAT16, getattr(args, "bf16", False))) if on),
+        strongly_typed=getattr(args, "stronglyTyped", False),
         layer_precisions=parse_layer_precisions(args.layerPrecisions),
         calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
         target=getattr(args, "target", "cpu"), int8=int8_options(args),

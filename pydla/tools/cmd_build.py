@@ -104,8 +104,8 @@ def format_layer_info(info: dict) -> str:
         lines.append(f"[pydla] Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
                      f"tactic {lay['tactic']}{layout}{device}): {ins} -> {outs}  "
                      f"[from {', '.join(lay['fused_from'])}]"
-                     + (f"  --int8 {lay['precision_reason']}" if "precision_reason" in lay
-                        else "")
+                     + (f"  {info.get('precision_flag', '--int8')} {lay['precision_reason']}"
+                        if "precision_reason" in lay else "")
                      + (f"  scales {format_scales(lay['quantization'])}" if "quantization" in lay
                         else ""))
     if "dla" in info:

@@ -23,6 +23,8 @@ def layer_info(program: Program) -> dict[str, Any]:
 
     # --int8's decision per ONNX layer (pydla.quantization.policy): name -> [precision, why].
     int8 = program.build.get("int8", {}).get("layers", {})
+    # --fp16/--bf16/--autocast's decision per layer (pydla.plan.precision, weak_typing).
+    reduced = program.build.get("precision", {}).get("layers", {})
     layers = []
     workspace = 0
     dla = program.build.get("dla") if isinstance(program.build.get("dla"), dict) else None
@@ -41,7 +43,8 @@ def layer_info(program: Program) -> dict[str, Any]:
         quant = _quantization(program, lay)
         if quant:
             entry["quantization"] = quant
-        reason = _int8_reason(lay.name, lay.fused_from, int8)
+        reason = _int8_reason(lay.name, lay.fused_from, int8) or (
+            f"{reduced[lay.name][0]}: {reduced[lay.name][1]}" if lay.name in reduced else "")
         if reason:
             entry["precision_reason"] = reason
         if "epilogue" in lay.attrs:
@@ -58,6 +61,9 @@ def layer_info(program: Program) -> dict[str, Any]:
         layers.append(entry)
     activations = [t for t in tensors if t.kind != "weight"]
     extra = {"dla": {k: v for k, v in dla.items() if k != "devices"}} if dla else {}
+    if reduced:  # what the layer lines' reasons answer to (cmd_build's --dumpLayerInfo)
+        extra["precision_flag"] = {"weak": "--fp16/--bf16", "autocast": "--autocast"}.get(
+            program.build["precision"].get("mode"), "")
     return {
         **extra,
         "layers": layers,
