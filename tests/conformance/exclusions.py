@@ -280,7 +280,6 @@ EXCLUSIONS: dict[str, str] = {
     'test_split_to_sequence_1': R7,
     'test_split_to_sequence_2': R7,
     'test_split_to_sequence_nokeepdims': R7,
-    'test_if': R8,
     'test_if_opt': R8,
     'test_if_seq': R8,
     'test_image_decoder_decode_bmp_rgb': R9,

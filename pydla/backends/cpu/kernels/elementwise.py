@@ -69,6 +69,13 @@ def ufunc_kernel(op: str, ufunc: np.ufunc, quiet: bool = False) -> None:
 
         return run
 
+    def reference_fn(spec: LayerSpec, inputs: Inputs) -> list[np.ndarray]:
+        # shape discovery at import, where ONNX's inference gave no type (a model's
+        # GreaterOrEqual fed by a Shape-derived value): numpy's broadcast decides
+        with np.errstate(all="ignore"):
+            return [np.asarray(ufunc(*inputs))]
+
+    bind.reference_fn = reference_fn  # type: ignore[attr-defined]
     kernel(op)(bind)
 
 

@@ -1,4 +1,4 @@
-"""Importers of graph-level ops: Constant, Identity, Dropout, If (constant condition)."""
+"""Importers of graph-level ops: Constant, Identity, Dropout, If."""
 
 from __future__ import annotations
 
@@ -52,8 +52,38 @@ def import_dropout(ctx: ImportContext, node: OnnxNode) -> list[Value | None]:
 @onnx_op("If")
 def import_if(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     cond = node.inputs[0]
-    if cond is None or not cond.is_const:
-        raise ctx.error("If needs a condition known at build time (a fixed-shape loadable "
-                        "carries no control flow)")
-    branch = "then_branch" if bool(cond.const.reshape(-1)[0]) else "else_branch"
-    return import_subgraph(ctx, node.graph_attrs[branch])
+    if cond is None:
+        raise ctx.error("If has no condition")
+    if cond.is_const:
+        branch = "then_branch" if bool(cond.const.reshape(-1)[0]) else "else_branch"
+        return import_subgraph(ctx, node.graph_attrs[branch])
+    return _select_branches(ctx, node, cond)
+
+
+def _select_branches(ctx: ImportContext, node: OnnxNode, cond: Value) -> list[Value]:
+    """An If whose condition is known only at run time (a wake-word model runs its verifier
+    when the first stage's score passes a threshold): a loadable carries no control flow,
+    so both branches run and ``Where(cond, then, else)`` keeps one per output — as
+    TensorRT's conditional does when it evaluates both sides. The outputs must have one
+    type whatever the branch (a fixed-shape loadable has one shape per tensor); the cost
+    is the untaken branch's work."""
+    if cond.size != 1:
+        raise ctx.error(f"If's condition has shape {cond.shape}; a single value is required")
+    then = import_subgraph(ctx, node.graph_attrs["then_branch"])
+    other = import_subgraph(ctx, node.graph_attrs["else_branch"])
+    if len(then) != len(other):
+        raise ctx.error(f"If's branches give {len(then)} and {len(other)} outputs")
+    if cond.dtype is not DType.BOOL:
+        cond = ctx.emit("Cast", [cond], {"to": int(DType.BOOL)},
+                        out_types=[(cond.shape, DType.BOOL)])[0]
+    if cond.shape != ():
+        cond = ctx.emit("Reshape", [cond], {"shape": []}, out_types=[((), DType.BOOL)])[0]
+    outs = []
+    for i, (a, b) in enumerate(zip(then, other)):
+        if a.shape != b.shape or a.dtype is not b.dtype:
+            raise ctx.error(
+                f"If's output {i} is {a.dtype.name.lower()}{list(a.shape)} in the then branch and "
+                f"{b.dtype.name.lower()}{list(b.shape)} in the else branch; with a condition known "
+                "only at run time both must match (a loadable has one shape per tensor)")
+        outs += ctx.emit("Where", [cond, a, b], out_types=[(a.shape, a.dtype)])
+    return outs
