@@ -33,8 +33,8 @@ from pydla.backends.cpu.kernels.fast_recurrent import (
     InputProjection,
     applies,
     constant_weights,
+    padded_product,
     panel_batch,
-    recurrent_product,
 )
 from pydla.backends.cpu.kernels.recurrent import bind_recurrent
 from pydla.backends.cpu.registry import tactic
@@ -97,7 +97,7 @@ def _directions(t0: int, rt: np.ndarray, rp: np.ndarray, rph: np.ndarray, hs: np
                        h0.ctypes.data + 4 * (d * s_d + b * s_b), 4 * hidden)
         for s in range(steps):
             t = steps - 1 - s if reverse else s
-            recurrent_product(batch, hidden, h, h_at, pad, rt, rt_at, width, first, rp[d],
+            padded_product(batch, hidden, h, h_at, pad, rt, rt_at, width, first, rp[d],
                               hs[d], edge[d], rh, rh_at, width)
             if cell == _GRU:
                 # The candidate's product takes r ⊙ h: the reset gates first.
@@ -109,7 +109,7 @@ def _directions(t0: int, rt: np.ndarray, rp: np.ndarray, rph: np.ndarray, hs: np
                         reset = sigmoid32(g[np.uint64(gb + j)] + rh[np.uint64(rb + j)]
                                           + bd[pad + j])
                         rs[np.uint64(hb + j)] = reset * h[np.uint64(hb + j)]
-                recurrent_product(batch, hidden, rs, h_at, pad, rt, rt_at + 2 * pad, width,
+                padded_product(batch, hidden, rs, h_at, pad, rt, rt_at + 2 * pad, width,
                                   pad, rph[d], hs[d], edge[d], rh, rh_at + 2 * pad, width)
             for b in range(batch):
                 gb = (t * g_t + b * g_b) * dirs * width + d * width
@@ -119,17 +119,19 @@ def _directions(t0: int, rt: np.ndarray, rp: np.ndarray, rph: np.ndarray, hs: np
                     for j in range(pad):
                         h[np.uint64(hb + j)] = tanh32(g[np.uint64(gb + j)]
                                                       + rh[np.uint64(rb + j)] + bd[j])
+                elif cell == _GRU_BEFORE:
+                    for j in range(pad):
+                        z = sigmoid32(g[np.uint64(gb + j)] + rh[np.uint64(rb + j)] + bd[j])
+                        reset = sigmoid32(g[np.uint64(gb + pad + j)]
+                                          + rh[np.uint64(rb + pad + j)] + bd[pad + j])
+                        cand = tanh32(g[np.uint64(gb + 2 * pad + j)] + bd[2 * pad + j]
+                                      + reset * (rh[np.uint64(rb + 2 * pad + j)] + rbd[j]))
+                        h[np.uint64(hb + j)] = (1 - z) * cand + z * h[np.uint64(hb + j)]
                 else:
                     for j in range(pad):
                         z = sigmoid32(g[np.uint64(gb + j)] + rh[np.uint64(rb + j)] + bd[j])
-                        hn = g[np.uint64(gb + 2 * pad + j)] + bd[2 * pad + j]
-                        if cell == _GRU_BEFORE:
-                            reset = sigmoid32(g[np.uint64(gb + pad + j)]
-                                              + rh[np.uint64(rb + pad + j)] + bd[pad + j])
-                            hn += reset * (rh[np.uint64(rb + 2 * pad + j)] + rbd[j])
-                        else:
-                            hn += rh[np.uint64(rb + 2 * pad + j)]
-                        cand = tanh32(hn)
+                        cand = tanh32(g[np.uint64(gb + 2 * pad + j)] + bd[2 * pad + j]
+                                      + rh[np.uint64(rb + 2 * pad + j)])
                         h[np.uint64(hb + j)] = (1 - z) * cand + z * h[np.uint64(hb + j)]
                 copy_bytes(y.ctypes.data + 4 * (t * y_t + d * y_d + b * y_b),
                            h.ctypes.data + 4 * hb, 4 * hidden)

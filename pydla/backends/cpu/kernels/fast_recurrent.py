@@ -5,7 +5,8 @@
   load (``InputProjection`` owns its operands).
 - ``recurrent_product``: one step's h · Rᵀ for a batch of B rows — fast_gemv's loop over a
   prepared Rᵀ for a few rows, the micro-kernel over Rᵀ packed once (h staged into a whole
-  panel) up to AXPY_BATCH, ``sgemm`` beyond.
+  panel) up to AXPY_BATCH, ``sgemm`` beyond; ``padded_product`` the same for gate blocks
+  of whole vectors, its few rows by ``row_product`` (sums held in vector registers).
 - ``applies``: the attributes and inputs every fused tactic needs; ``constant_weights``:
   whether the weights can be derived once at load.
 """
@@ -16,13 +17,16 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from pydla.backends.base import LayerSpec
 from pydla.backends.cpu.fork import fork_or_call
 from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_rows, pack_b, packed_b_size
-from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
+from pydla.backends.cpu.kernels.conv_fast.simd import LANES, copy_bytes, counted_loop, splat
 from pydla.backends.cpu.kernels.fast_gemv import axpy_rows
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, float32_compute
 from pydla.backends.cpu.workspace import aligned_zeros
@@ -74,6 +78,94 @@ def recurrent_product(batch: int, k: int, src: np.ndarray, src_at: int, lds: int
     else:
         sgemm(0, 0, batch, width, k, _ONE, src.ctypes.data + 4 * src_at, lds,
               rt.ctypes.data + 4 * rt_at, ldr, _ZERO, out.ctypes.data + 4 * out_at, ldo)
+
+
+_F32 = ir.FloatType()
+_VEC = ir.VectorType(_F32, LANES)
+_I64 = ir.IntType(64)
+# Accumulator vectors of one pass of row_product: with B's vectors and a's splat they fit
+# AVX-512's 32 registers (AVX2 splits each into two of its 16).
+_PASS_VECTORS = 8
+
+
+def _at(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, ty: ir.Type) -> ir.Value:
+    off = offset if isinstance(offset, ir.Value) else ir.Constant(_I64, offset)
+    return builder.inttoptr(builder.add(base, off), ty.as_pointer())
+
+
+def _row_pass(builder: ir.IRBuilder, vectors: int, a_: ir.Value, b_: ir.Value,
+              ldb_: ir.Value, k_: ir.Value, c_: ir.Value) -> None:
+    """c[:16·vectors] = Σ_i<k a[i]·B[i, :16·vectors], the sums in registers."""
+    fma = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(_VEC, [_VEC, _VEC, _VEC]), "llvm.fmuladd.v16f32")
+
+    def step(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+        four = ir.Constant(_I64, 4)
+        av = splat(builder, builder.load(_at(builder, a_, builder.mul(i, four), _F32), align=4))
+        row = builder.add(b_, builder.mul(i, builder.mul(ldb_, four)))
+        return [builder.call(fma, [av, builder.load(_at(builder, row, 4 * LANES * v, _VEC),
+                                                    align=4), acc])
+                for v, acc in enumerate(accs)]
+
+    zero = ir.Constant(_VEC, [0.0] * LANES)
+    accs = counted_loop(builder, ir.Constant(_I64, 0), k_, [zero] * vectors, step)
+    for v, acc in enumerate(accs):
+        builder.store(acc, _at(builder, c_, 4 * LANES * v, _VEC), align=4)
+
+
+@intrinsic
+def row_product(typingctx, a, b, ldb, k, n, c):  # type: ignore[no-untyped-def]
+    """c[:n] = a[:k] · B (k × n, rows ldb floats apart) for n a multiple of 16; a, b, c are
+    int64 addresses. fast_gemv's axpy_rows keeps C in memory and leaves the columns past
+    its unrolled width to scalar code: a GRU's step of 25 × 96 took 123-320 ns there and
+    64-68 ns here, every column's sum in a register (this shared machine, loaded; from
+    64 × 192 up, where the loads of B bound both, the two ran alike)."""
+    sig = types.void(types.int64, types.int64, types.int64, types.int64, types.int64,
+                     types.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a_, b_, ldb_, k_, n_, c_ = args
+        block = 4 * LANES * _PASS_VECTORS  # bytes of a whole pass's columns
+        vectors = builder.udiv(n_, ir.Constant(_I64, LANES))
+        whole = builder.udiv(vectors, ir.Constant(_I64, _PASS_VECTORS))
+
+        def full(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            at = builder.mul(p, ir.Constant(_I64, block))
+            _row_pass(builder, _PASS_VECTORS, a_, builder.add(b_, at), ldb_, k_,
+                      builder.add(c_, at))
+            return []
+
+        counted_loop(builder, ir.Constant(_I64, 0), whole, [], full)
+        at = builder.mul(whole, ir.Constant(_I64, block))
+        rest = builder.urem(vectors, ir.Constant(_I64, _PASS_VECTORS))
+        fn = builder.function
+        done = fn.append_basic_block("row_done")
+        switch = builder.switch(rest, done)
+        for count in range(1, _PASS_VECTORS):
+            case = fn.append_basic_block(f"row_rest{count}")
+            switch.add_case(ir.Constant(_I64, count), case)
+            builder.position_at_end(case)
+            _row_pass(builder, count, a_, builder.add(b_, at), ldb_, k_, builder.add(c_, at))
+            builder.branch(done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(inline="always", cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
+def padded_product(batch: int, k: int, src: np.ndarray, src_at: int, lds: int,
+                   rt: np.ndarray, rt_at: int, ldr: int, width: int, rp: np.ndarray,
+                   staged: np.ndarray, edge: np.ndarray, out: np.ndarray, out_at: int,
+                   ldo: int) -> None:
+    """recurrent_product for a width of whole vectors: row_product below PANEL_BATCH."""
+    if batch < PANEL_BATCH:
+        for b in range(batch):
+            row_product(src.ctypes.data + 4 * (src_at + b * lds), rt.ctypes.data + 4 * rt_at,
+                        ldr, k, width, out.ctypes.data + 4 * (out_at + b * ldo))
+    else:
+        recurrent_product(batch, k, src, src_at, lds, rt, rt_at, ldr, width, rp, staged, edge,
+                          out, out_at, ldo)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
