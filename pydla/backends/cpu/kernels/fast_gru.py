@@ -6,14 +6,21 @@ default activations (GRU sigmoid, tanh; RNN tanh), no clip, either layout, both 
 1. The input projections of every step and direction are one GEMM, X · Wᵀ
    (fast_recurrent.InputProjection), G's rows in X's order (step-major in layout 0,
    batch-major in layout 1).
-2. Per direction and step, h · Rᵀ (fast_recurrent.recurrent_product), then one loop over
-   B × H for the gates (z, r, h in ONNX's order) and the state update, writing h straight
-   into Y, whose rows are the next step's h operand (rows of a layout-1 Y are T·D·H
-   apart: the products read A with a row stride). With ``linear_before_reset`` = 0 the
-   candidate's product needs r first: h · R_zrᵀ, the reset gate into r ⊙ h, then
-   (r ⊙ h) · R_hᵀ.
-3. Two directions run one per thread when each has enough work (FORK_MIN_STEP_MACS),
-   else one after the other on the calling thread.
+2. Per direction and step, h · Rᵀ (fast_recurrent.padded_product), then one loop over
+   B × P for the gates (z, r, h in ONNX's order) and the state update. Each gate's block
+   is P = H rounded up to whole vectors (zero weights past H), so the loops run in whole
+   vectors; h lives in a (D, B, P) buffer, copied into Y (either layout) after each step.
+   With ``linear_before_reset`` = 0 the candidate's product needs r first: h · R_zrᵀ,
+   the reset gate into r ⊙ h, then (r ⊙ h) · R_hᵀ.
+3. Tactic ``fused_gates`` runs on the calling thread; ``fused_gates_parallel`` (where a
+   layer has the work) forks the input product (fast_recurrent.FORK_MIN_MACS) and runs
+   two directions one per thread (FORK_MIN_STEP_MACS). On a quiet machine the fork pays
+   (a GRU like lac's, 2 × 50 steps of H = 128 from 256 inputs: 1.2-1.5× faster, best of
+   400 runs); on this shared 2-core machine under load, a fork between long serial loops
+   found numba's workers asleep and waited out scheduler time slices to wake them:
+   8-35 ms for layers of 0.1-0.9 ms on one thread. Timing both, the autotuner picks what
+   the machine gives; without timing the parallel one is preferred (the backend's thread
+   governor runs it on one thread while the cores are busy).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from pydla.backends.cpu.kernels.fast_recurrent import (
     InputProjection,
     applies,
     constant_weights,
+    forks,
     padded_product,
     panel_batch,
 )
@@ -144,21 +152,48 @@ def _applies(spec: LayerSpec) -> bool:
     return applies(spec, _DEFAULTS[spec.op], layouts=(0, 1), absent=())
 
 
-def bind_fused_gates(spec: LayerSpec) -> RunFn:
+def _geometry(spec: LayerSpec) -> tuple[int, int, int, int, int, int]:
+    """T, B, input size, H, directions, P (H padded to whole vectors)."""
     x = spec.inputs[0]
     assert x is not None
     layout = int(spec.attrs["layout"])
     steps, batch, size = (x.shape[1], x.shape[0], x.shape[2]) if layout else x.shape
     hidden = int(spec.attrs["hidden_size"])
     dirs = 2 if spec.attrs["direction"] == "bidirectional" else 1
+    return steps, batch, size, hidden, dirs, -(-hidden // LANES) * LANES
+
+
+def _forks(spec: LayerSpec) -> tuple[bool, bool]:
+    """Whether the parallel tactic forks the input product, and the directions."""
+    steps, batch, size, hidden, dirs, pad = _geometry(spec)
+    width = _GATES[spec.op] * pad
+    return (forks(steps * batch * size * dirs * width),
+            dirs == 2 and steps * batch * hidden * width >= FORK_MIN_STEP_MACS)
+
+
+def _applies_parallel(spec: LayerSpec) -> bool:
+    return _applies(spec) and any(_forks(spec))
+
+
+def bind_fused_gates(spec: LayerSpec) -> RunFn:
+    return _bind(spec, parallel=False)
+
+
+def bind_fused_gates_parallel(spec: LayerSpec) -> RunFn:
+    return _bind(spec, parallel=True)
+
+
+def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
+    layout = int(spec.attrs["layout"])
+    steps, batch, size, hidden, dirs, pad = _geometry(spec)
     gates = _GATES[spec.op]
-    pad = -(-hidden // LANES) * LANES
     width = gates * pad  # one direction's gate columns, each gate P = pad wide
     cell = _RNN if spec.op == "RNN" else (
         _GRU_BEFORE if int(spec.attrs["linear_before_reset"]) else _GRU)
-    nthreads = threads.configure()
-    forked = (dirs == 2 and nthreads > 1
-              and steps * batch * hidden * width >= FORK_MIN_STEP_MACS)
+    pool = threads.configure()  # also keeps BLAS (sgemm for big batches) single-threaded
+    nthreads = pool if parallel else 1
+    fork_input, fork_dirs = _forks(spec)
+    forked = fork_dirs and nthreads > 1
     geo = np.array([steps, batch, hidden, dirs, int(spec.attrs["direction"] == "reverse"),
                     cell, layout, 2 if forked else 1, pad], np.int64)
     n_out = len(spec.outputs)
@@ -174,7 +209,8 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         b = ins[3] if len(ins) > 3 else None
         lens = ins[4] if len(ins) > 4 else None
         h0 = ins[5] if len(ins) > 5 and ins[5] is not None else np.zeros(state, np.float32)
-        proj = InputProjection(steps * batch, size, dirs * width, nthreads)
+        proj = InputProjection(steps * batch, size, dirs * width,
+                               nthreads if fork_input else 1)
         h = aligned_zeros((dirs, batch, pad))
         rh = aligned_zeros((dirs, batch, width))
         rs = aligned_zeros((dirs, batch, pad))
@@ -237,3 +273,5 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
 
 for _op in _GATES:
     tactic(_op, "fused_gates", applies=_applies, priority=10)(bind_fused_gates)
+    tactic(_op, "fused_gates_parallel", applies=_applies_parallel,
+           priority=11)(bind_fused_gates_parallel)

@@ -39,12 +39,10 @@ Thunk = Callable[[], None]
 # four rows of Rᵀ and ran the LSTM 1.4-1.7× onnxruntime's time.
 AXPY_BATCH = 16
 PANEL_BATCH = 4
-# Below this many multiply-adds the input product runs on the calling thread: a fork
-# costs ≈ 3-5 µs (starting the parallel region, the barrier), the micro-kernel's 1 M
-# multiply-adds ≈ 20 µs. Best of 400 runs on this 2-core machine, one thread vs two:
-# 200 × 50 × 96 (0.96 M, madmom's upper GRUs) 20.5 vs 17.7 µs; 100 × 128 × 384 (4.9 M)
-# 96.5 vs 54.1 µs. (When another process holds a core, any fork may wait out a time
-# slice; the backend's thread governor then runs the program on one thread.)
+# From this many multiply-adds the input product forks (where the caller lets it): on a
+# quiet core pair a fork pays from ≈ 1 M. Best of 400 runs here, one thread vs two:
+# 200 × 50 × 96 (0.96 M) 20.5 vs 17.7 µs; 200 × 180 × 96 (3.5 M) 64 vs 39 µs;
+# 100 × 128 × 384 (4.9 M) 96.5 vs 54.1 µs.
 FORK_MIN_MACS = 1 << 20
 _ONE, _ZERO = np.float32(1), np.float32(0)
 LENGTHS = 4  # the input number of sequence_lens
@@ -191,13 +189,18 @@ def input_gates(t: int, xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, g: np.
         gemm_rows(r1 - r0, n, k, xp.ctypes.data + 4 * r0 * k, k, wp, g, r0 * n, n, edge[t])
 
 
+def forks(macs: int) -> bool:
+    """Whether an input product of this many multiply-adds pays for a fork."""
+    return macs >= FORK_MIN_MACS
+
+
 class InputProjection:
     """G (rows × gates) = X · Wᵀ for every step and direction at once: X's rows padded to
     whole panels (the micro-kernel reads them), Wᵀ packed by ``pack``."""
 
     def __init__(self, rows: int, size: int, gates: int, nthreads: int) -> None:
         self.rows, self.size, self.gates = rows, size, gates
-        self.threads = nthreads if rows * size * gates >= FORK_MIN_MACS else 1
+        self.threads = nthreads if forks(rows * size * gates) else 1
         self.g = aligned_zeros((rows, gates))
         self.xp = aligned_zeros((-(-rows // MR) * MR, size))
         self.wp = aligned_zeros(packed_b_size(size, gates))
