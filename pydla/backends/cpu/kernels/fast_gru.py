@@ -57,7 +57,7 @@ _GATES = {"GRU": 3, "RNN": 1}
 _RNN, _GRU, _GRU_BEFORE = 0, 1, 2
 # Two directions fork onto two threads from this many multiply-adds of recurrent product
 # per direction (T·B·H·gates); below it they run one after the other on the calling
-# thread. A step of a small layer is a few hundred multiply-adds (madmom's: 25 × 75), and
+# thread. A step of a small layer is a few thousand multiply-adds (madmom's: 25 × 96), but
 # the threads meet once per layer, not per step, so the fork costs its ≈ 5 µs start and
 # the wait for the slower direction: best of 400 runs on this 2-core machine, H = 64,
 # T = 100 (1.2 M per direction) 193 µs forked vs 231 µs; lac's H = 128, T = 50 (2.5 M)
@@ -75,11 +75,11 @@ def _directions(t0: int, rt: np.ndarray, rp: np.ndarray, rph: np.ndarray, hs: np
     whole vectors wide (zero weights and biases past H), so that every gate loop and row
     of the product runs in whole vectors (H = 25 ran 11 of its 25 sigmoids in scalar
     tails); h (D, B, P) holds the state: h0 at first, copied into Y after every step and
-    into Y_h at the end. rt (D, H, gates·P)
-    Rᵀ; rp (D, its packed columns: all, or z and r where the candidate's product waits for
-    r), rph (D, the candidate's packed columns then); hs (D, B rows padded to panels × H)
-    and edge (D, MR·NR) the micro-kernel's scratch; rs (D, B, P) r ⊙ h; bsum (D, gates·P)
-    the biases added to the gates (both, but R_bh where it multiplies by r: rbh (D, P))."""
+    into Y_h at the end. rt (D, H, gates·P) Rᵀ; rp (D, its packed columns: all, or z and
+    r where the candidate's product waits for r), rph (D, the candidate's packed columns
+    then); hs (D, B rows padded to panels × H) and edge (D, MR·NR) the micro-kernel's
+    scratch; rs (D, B, P) r ⊙ h; bsum (D, gates·P) the biases added to the gates (both,
+    but R_bh where it multiplies by r: rbh (D, P))."""
     steps, batch, hidden, dirs = geo[0], geo[1], geo[2], geo[3]
     cell, layout, nthreads, pad = geo[5], geo[6], geo[7], geo[8]
     width = pad if cell == _RNN else 3 * pad
@@ -105,8 +105,8 @@ def _directions(t0: int, rt: np.ndarray, rp: np.ndarray, rph: np.ndarray, hs: np
                        h0.ctypes.data + 4 * (d * s_d + b * s_b), 4 * hidden)
         for s in range(steps):
             t = steps - 1 - s if reverse else s
-            padded_product(batch, hidden, h, h_at, pad, rt, rt_at, width, first, rp[d],
-                              hs[d], edge[d], rh, rh_at, width)
+            padded_product(batch, hidden, h, h_at, pad, rt, rt_at, width, first, rp[d], hs[d],
+                           edge[d], rh, rh_at, width)
             if cell == _GRU:
                 # The candidate's product takes r ⊙ h: the reset gates first.
                 for b in range(batch):
@@ -117,8 +117,8 @@ def _directions(t0: int, rt: np.ndarray, rp: np.ndarray, rph: np.ndarray, hs: np
                         reset = sigmoid32(g[np.uint64(gb + j)] + rh[np.uint64(rb + j)]
                                           + bd[pad + j])
                         rs[np.uint64(hb + j)] = reset * h[np.uint64(hb + j)]
-                padded_product(batch, hidden, rs, h_at, pad, rt, rt_at + 2 * pad, width,
-                                  pad, rph[d], hs[d], edge[d], rh, rh_at + 2 * pad, width)
+                padded_product(batch, hidden, rs, h_at, pad, rt, rt_at + 2 * pad, width, pad,
+                               rph[d], hs[d], edge[d], rh, rh_at + 2 * pad, width)
             for b in range(batch):
                 gb = (t * g_t + b * g_b) * dirs * width + d * width
                 rb = rh_at + b * width
@@ -197,7 +197,9 @@ def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
     geo = np.array([steps, batch, hidden, dirs, int(spec.attrs["direction"] == "reverse"),
                     cell, layout, 2 if forked else 1, pad], np.int64)
     n_out = len(spec.outputs)
-    reference = bind_recurrent(spec)
+    # Sequence lengths other than the whole sequence run the reference kernel.
+    has_lens = len(spec.inputs) > 4 and spec.inputs[4] is not None
+    reference = bind_recurrent(spec) if has_lens else None
     state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
     # The columns of the first product (all but the candidate's where that one waits for r).
     first = 2 * pad if cell == _GRU else width
@@ -215,8 +217,7 @@ def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
         rh = aligned_zeros((dirs, batch, width))
         rs = aligned_zeros((dirs, batch, pad))
         yh = outs[1] if n_out > 1 else np.empty(state, np.float32)
-        # Weights and biases with each gate's block padded from H to P with zeros.
-        wpad = np.zeros((dirs, gates, pad, size), np.float32)
+        # Rᵀ and the biases with each gate's block padded from H to P with zeros.
         rt = aligned_zeros((dirs, hidden, gates, pad))
         bsum = np.zeros((dirs, gates, pad), np.float32)
         rbh = np.zeros((dirs, pad), np.float32)
@@ -242,7 +243,8 @@ def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
                 if cell == _GRU_BEFORE:  # R_bh goes inside r ⊙ (h · R_hᵀ + R_bh)
                     np.copyto(bsum[:, 2, :hidden], bw[:, 2])
                     np.copyto(rbh[:, :hidden], br[:, 2])
-            np.copyto(wpad[:, :, :hidden], w.reshape(dirs, gates, hidden, size))
+            wpad = np.zeros((dirs, gates, pad, size), np.float32)  # W's gate blocks, padded
+            wpad[:, :, :hidden] = w.reshape(dirs, gates, hidden, size)
             proj.pack(wpad)
 
         constant = constant_weights(w, r, b)
@@ -254,11 +256,10 @@ def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
                                  rbh, np.ascontiguousarray(h0).reshape(-1), h.reshape(-1),
                                  proj.g.reshape(-1), rh.reshape(-1), outs[0].reshape(-1),
                                  yh.reshape(-1), geo))
-        # Sequence lengths other than the whole sequence run the reference kernel.
-        fallback = None if lens is None else prebind(reference, ins, outs)
+        fallback = None if reference is None else prebind(reference, ins, outs)
 
         def step() -> None:
-            if fallback is not None and not (lens == steps).all():
+            if fallback is not None and lens is not None and not (lens == steps).all():
                 fallback()
                 return
             if not constant:
