@@ -24,7 +24,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_call
+from pydla.backends.cpu.fork import fork_or_call
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, pack_b, packed_b_size
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, sigmoid32, tanh32
 from pydla.backends.cpu.kernels.fast_recurrent import (
@@ -48,7 +48,7 @@ _DEFAULT = ["sigmoid", "tanh", "tanh"]
 def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.ndarray,
                bsum: np.ndarray, h0: np.ndarray, g: np.ndarray, rh: np.ndarray, c: np.ndarray,
                y: np.ndarray, yh: np.ndarray, yc: np.ndarray, geo: np.ndarray) -> None:
-    """One direction's steps (a fork.fork_call task: thread d takes direction d). rt
+    """One direction's steps (a fork task: thread d takes direction d). rt
     (D, H, 4H) Rᵀ; rp (D, packed Rᵀ), hs (D, h's B rows padded with zeros to whole panels
     of MR, × H) and edge (≥ D, MR·NR): the micro-kernel's operands, used for a batch from
     PANEL_BATCH to AXPY_BATCH."""
@@ -142,12 +142,13 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         if constant:
             prepare()
         # The input product (on every thread where it pays), then the directions, one per
-        # thread.
+        # thread (one direction on the calling thread: a parallel region of one task still
+        # wakes the pool, and on a busy machine waited out time slices for it).
         run = chain(proj.thunk(),
-                    fork_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
-                              np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
-                              rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
-                              yh.reshape(-1), yc.reshape(-1), geo))
+                    fork_or_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
+                                 np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
+                                 rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
+                                 yh.reshape(-1), yc.reshape(-1), geo))
 
         def step() -> None:
             if not constant:
