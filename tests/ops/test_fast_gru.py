@@ -21,6 +21,7 @@ from pydla.backends.cpu.registry import candidate_tactics
 from pydla.builder import BuildOptions, build
 from pydla.dtypes import DType
 from pydla.engine import LoadedModule
+from tests.ops.test_fast_kernels import check_tactic
 from tests.oracle import assert_close, make_model, run_ort
 
 RNG = np.random.default_rng(27)
@@ -193,3 +194,19 @@ def test_tactic_applies_only_to_default_cells(op: str, attrs: dict[str, Any]) ->
 def test_clip_keeps_the_reference_kernel() -> None:
     model, feeds = _model("GRU", "forward", clip=0.5)
     _check(model, feeds, tactic="reference")
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN"])
+def test_float16_layer_matches_reference(op: str) -> None:
+    # Half types compute in float32 (the backend widens around the kernel).
+    steps, batch, size, hidden, gates = 5, 2, 6, 8, GATES[op] * 8
+    attrs = {"direction": "bidirectional", "hidden_size": hidden, "layout": 0, "clip": None,
+             "activations": (["sigmoid", "tanh"] if op == "GRU" else ["tanh"]) * 2,
+             "activation_alpha": [0.0] * 4, "activation_beta": [0.0] * 4,
+             "linear_before_reset": 1}
+    args = [_rand(steps, batch, size), _rand(2, gates, size), _rand(2, gates, hidden),
+            _rand(2, 2 * gates, scale=0.3), None, _rand(2, batch, hidden)]
+    args = [None if a is None else a.astype(np.float16) for a in args]
+    check_tactic(op, attrs, args, [((steps, 2, batch, hidden), np.float16),
+                                   ((2, batch, hidden), np.float16)],
+                 "fused_gates", rtol=3e-3, atol=3e-3)
