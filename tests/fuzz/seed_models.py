@@ -99,7 +99,34 @@ def _index_ops() -> onnx.ModelProto:
          "qs": np.array(0.05, F), "qz": np.array(128, np.uint8)}, opset=18)
 
 
+def _sampling_ops() -> onnx.ModelProto:
+    """Sampling, pooling-index, spectral and attention references (issue 29's rules)."""
+    rng = np.random.default_rng(4)
+    i64 = np.int64
+    return make_model(
+        [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="affine"),
+         helper.make_node("GridSample", ["x", "grid"], ["gs"], name="sample"),
+         helper.make_node("MaxPool", ["gs"], ["mp", "mi"], kernel_shape=[2, 2],
+                          strides=[2, 2], name="pool"),
+         helper.make_node("MaxUnpool", ["mp", "mi"], ["un"], kernel_shape=[2, 2],
+                          strides=[2, 2], name="unpool"),
+         helper.make_node("RoiAlign", ["un", "rois", "bi"], ["roi"], output_height=2,
+                          output_width=2, name="roialign"),
+         helper.make_node("Reshape", ["un", "sq"], ["mats"], name="mats"),
+         helper.make_node("Det", ["mats"], ["det"], name="det"),
+         helper.make_node("DFT", ["sig", "", "dax"], ["spec"], name="dft"),
+         helper.make_node("RotaryEmbedding", ["q", "cos", "sin"], ["rq"], name="rope"),
+         helper.make_node("Attention", ["rq", "q", "q"], ["att"], is_causal=1, name="attn")],
+        {"theta": (F, [1, 2, 3]), "x": (F, [1, 1, 4, 4]), "sig": (F, [1, 8, 1]),
+         "q": (F, [1, 2, 3, 4])}, ["roi", "det", "spec", "att"],
+        {"size": np.array([1, 1, 4, 4], i64), "rois": np.array([[0, 0, 3, 3], [1, 1, 2, 3]], F),
+         "bi": np.array([0, 0], i64), "sq": np.array([4, 2, 2], i64),
+         "dax": np.array(1, i64), "cos": rng.standard_normal((1, 3, 2)).astype(F),
+         "sin": rng.standard_normal((1, 3, 2)).astype(F)}, opset=23)
+
+
 SEED_MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "conv_net": _conv_net, "attention": _attention_block, "shapes": _shapes,
     "resize_pointwise": _resize_pointwise, "index_ops": _index_ops,
+    "sampling_ops": _sampling_ops,
 }
