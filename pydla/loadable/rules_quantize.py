@@ -74,7 +74,11 @@ def _dequantize(check: LayerCheck) -> Expected:
 def _dynamic_quantize(check: LayerCheck) -> Expected:
     check.arity(1, 1, 3)
     x = check.x(0)
-    return [(x.shape, DType.UINT8), ((), DType.FLOAT32), ((), DType.UINT8)]
+    # the scale is float32, or the half type --autocast gave it
+    scale = check.outs[1].dtype if len(check.outs) > 1 else DType.FLOAT32
+    if not scale.is_float:
+        raise check.fail(".outputs[1]", f"the scale is {scale.name.lower()}")
+    return [(x.shape, DType.UINT8), ((), scale), ((), DType.UINT8)]
 
 
 @rule("QLinearSoftmax")
@@ -86,8 +90,8 @@ def _qlinear_softmax(check: LayerCheck) -> Expected:
                "int8 or uint8")
     for k in (1, 3):
         s = check.x(k)
-        check.need(math.prod(s.shape) == 1 and s.dtype is DType.FLOAT32, k,
-                   "a scale is one float32 value")
+        check.need(math.prod(s.shape) == 1 and s.dtype.is_float, k,
+                   "a scale is one floating-point value")
     for k in (2, 4):
         zp = check.opt(k)
         if zp is not None:

@@ -207,6 +207,15 @@ def test_valid_loadable_is_read(loadables: dict[str, bytes], op: str) -> None:
     assert op in [lay.op for lay in prog.layers]
 
 
+@pytest.mark.parametrize("op", [op for op in ALL_OPS if op != "ConstantOfShape"])
+def test_autocast_loadable_is_read(op: str) -> None:
+    """--autocast fp16 retypes float tensors around these layers (half scales, a half input
+    to BitCast): the rules accept what the builder makes."""
+    model = _qlinear_softmax_model() if op == "QLinearSoftmax" else make_model(*CASES[op][:5])
+    prog = read_loadable(build(model, BuildOptions(autocast=DType.FLOAT16)), OPS)
+    assert op in [lay.op for lay in prog.layers]
+
+
 def _refused(data: bytes, op: str, mutate: Callable[[Meta, dict], None], what: str) -> None:
     meta = meta_of(data)
     index, layer = _layer(meta, op)
