@@ -2,7 +2,8 @@
 with fp16 allowed (TensorRT's weak typing, pydla.plan.weak_typing) — the two engines timed
 alternating in rounds in one process (benchmarks.timing.alternate), with the share of the
 CPU other processes took meanwhile (others_load). Acceptance: --fp16 never more than 5 %
-slower than fp32.
+slower than fp32. For reference, a third engine converted with --autocast=fp16 (every layer
+the policy allows in fp16, faster or not) is timed in the same rounds.
 
     python -m benchmarks.fp16_vs_fp32 [--models ID ...] [--seconds 6]
         [--out benchmarks/results/fp16_vs_fp32.json]
@@ -40,22 +41,27 @@ def bench(m: corpus.Model, seconds: float, workdir: Path) -> dict[str, Any]:
     cache = str(workdir / f"{m.id.replace('/', '_')}.timing")
     row: dict[str, Any] = {"model": m.id}
     engines = {}
-    for name, allow in (("fp32", ()), ("fp16", (DType.FLOAT16,))):
+    for name, flags in (("fp32", {}), ("fp16", {"allow": (DType.FLOAT16,)}),
+                        ("autocast", {"autocast": DType.FLOAT16})):
         start = time.perf_counter()
-        data = build(proto, BuildOptions(shapes=shapes, allow=allow, timing_cache=cache))
+        data = build(proto, BuildOptions(shapes=shapes, timing_cache=cache,
+                                         **flags))  # type: ignore[arg-type]
         row[f"{name}_build_s"] = round(time.perf_counter() - start, 2)
         engines[name] = data
     prog = read_loadable(engines["fp16"])
     row["fp16_layer_precisions"] = dict(Counter(lay.precision for lay in prog.layers))
     modules = {k: LoadedModule(v) for k, v in engines.items()}
     inputs = [feeds[k] for k in modules["fp32"].input_names]
-    ref, half = modules["fp32"].run(inputs), modules["fp16"].run(inputs)
-    row["max_abs_diff"] = float(max(np.max(np.abs(a.astype(np.float64) - b))
-                                    for a, b in zip(ref, half)))
+    ref = modules["fp32"].run(inputs)
+    for name in ("fp16", "autocast"):
+        got = modules[name].run(inputs)
+        row[f"{name}_max_abs_diff"] = float(max(np.max(np.abs(a.astype(np.float64) - b))
+                                                for a, b in zip(ref, got)))
     times, load = others_load(lambda: alternate(
         {k: (lambda mod=mod: mod.run(inputs)) for k, mod in modules.items()},
         min_seconds=seconds))
     row.update({"fp32_ms": round(times["fp32"], 3), "fp16_ms": round(times["fp16"], 3),
+                "autocast_fp16_ms": round(times["autocast"], 3),
                 "fp16_over_fp32": round(times["fp16"] / times["fp32"], 3),
                 "others_load": None if load is None else round(load, 3)})
     row["pass"] = row["fp16_over_fp32"] <= LIMIT

@@ -121,5 +121,9 @@ def plan(proto: Any, options: Any) -> DlaReport | None:
     if options.dla_core is None:
         return None
     graph = dla_graph(proto, options.shapes, options.input_values)
-    precision = build_precision(graph, options.autocast, int8=options.int8 is not None)
+    # trtexec's DLA builds say --fp16: the DLA runs what it takes in fp16 (the CPU copy of
+    # the engine still times its layers: weak typing).
+    half = DType.FLOAT16 if DType.FLOAT16 in options.allow else None
+    precision = build_precision(graph, options.autocast or half,
+                                int8=options.int8 is not None)
     return place(graph, precision, options.gpu_fallback)

@@ -37,7 +37,7 @@ def fake_times(monkeypatch: pytest.MonkeyPatch, *, fp32: float, fp16: float,
         return fp16 if spec.outputs[0].dtype is DType.FLOAT16 else fp32
 
     monkeypatch.setattr(tactics, "time_tactic", time_tactic)
-    monkeypatch.setattr(tactics, "_precompile", lambda *a: None)
+    monkeypatch.setattr(tactics, "precompile_specs", lambda *a: None)
     return timed
 
 
@@ -151,3 +151,18 @@ def test_fp16_io_feeds_fp16_layers_without_casts(monkeypatch, flags):
     module.run_buffers(bufs_in, bufs_out)
     np.testing.assert_allclose(bufs_out[0].view(np.float32).reshape(want.shape), want,
                                rtol=1e-2, atol=2e-3)
+
+
+def test_cli_layer_info_says_why(monkeypatch, tmp_path, capsys):
+    import onnx
+
+    from pydla.tools.cli import main
+
+    fake_times(monkeypatch, fp32=1.0, fp16=3.0, cast=0.0)
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain(), str(path))
+    engine = f"--saveEngine={tmp_path / 'chain.bin'}"
+    assert main(["build", f"--onnx={path}", engine, "--fp16", "--dumpLayerInfo"]) == 0
+    assert "--fp16/--bf16 fp32: 3× faster than fp16 here" in capsys.readouterr().out
+    assert main(["build", f"--onnx={path}", engine, "--fp16", "--stronglyTyped"]) != 0
+    assert "--stronglyTyped runs the network's own types" in capsys.readouterr().err

@@ -9,13 +9,13 @@ import numba
 import numpy as np
 
 from pydla.backends.base import LayerHook, LayerSpec, RunFn, TensorSpec
+from pydla.backends.cpu import half, threads, workspace
 from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers every kernel)
-from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.governor import Governor
 from pydla.backends.cpu.governor import policy as governor_policy
 from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder, tactic_applies
-from pydla.backends.cpu.steps import prebind
+from pydla.backends.cpu.steps import Thunk, prebind
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.errors import KernelError, LoadableError, PydlaError
 from pydla.loadable.program import RESHAPES, LayerInfo, Program
@@ -64,17 +64,67 @@ def _bind_plain(spec: LayerSpec, binder: Binder) -> RunFn:
     inner = binder(wide)
     in_types = [s.dtype if s is not None else None for s in spec.inputs]
     out_types = [s.dtype for s in spec.outputs]
+    # float32 staging for the half-precision activations, in the program's shared workspace
+    stage_in = [workspace.scratch(s.shape) if h else None  # type: ignore[union-attr]
+                for s, h in zip(spec.inputs, half_in)]
+    stage_out = [workspace.scratch(s.shape) if h else None
+                 for s, h in zip(spec.outputs, half_out)]
+
+    def bind(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        xs: list[np.ndarray | None] = []
+        widen: list[tuple[np.ndarray, np.ndarray, DType]] = []
+        for x, t, h, st in zip(inputs, in_types, half_in, stage_in):
+            if not h or x is None or t is None or st is None:
+                xs.append(x)
+            elif not x.flags.writeable:
+                # A weight: widened once and handed on read-only, as float32 weights are,
+                # so kernels may keep what they derive from it (Winograd's filters).
+                w = np.empty(x.shape, np.float32)
+                _to_float32(w, x, t)
+                w.flags.writeable = False
+                xs.append(w)
+            else:
+                xs.append(st.array)
+                widen.append((st.array, x, t))
+        ys = [st.array if st is not None else o for o, st in zip(outputs, stage_out)]
+        rounds = [(o, y, t) for o, y, t, h in zip(outputs, ys, out_types, half_out) if h]
+        inner_step = prebind(inner, xs, ys)
+
+        def step() -> None:
+            for buf, x, t in widen:
+                _to_float32(buf, x, t)
+            inner_step()
+            for o, y, t in rounds:
+                _to_half(o, y, t)
+
+        return step
+
+    bound: list[tuple[tuple[np.ndarray | None, ...], Thunk]] = []
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
-        xs = [to_compute(x, t) if h and x is not None else x
-              for x, t, h in zip(inputs, in_types, half_in)]
-        ys = [np.empty(o.shape, np.float32) if h else o for o, h in zip(outputs, half_out)]
-        inner(xs, ys)
-        for o, y, t, h in zip(outputs, ys, out_types, half_out):
-            if h:
-                np.copyto(o, to_storage(y, t))
+        # Called with the same buffers run after run (an epilogue's base kernel): bind once.
+        arrays = (*inputs, *outputs)
+        if not bound or len(bound[0][0]) != len(arrays) or any(
+                a is not b for a, b in zip(bound[0][0], arrays)):
+            bound[:] = [(arrays, bind(inputs, outputs))]
+        bound[0][1]()
 
+    run.prebind = bind  # type: ignore[attr-defined]
     return run
+
+
+def _to_float32(dst: np.ndarray, x: np.ndarray, t: DType) -> None:
+    if t is DType.FLOAT16 and x.flags.c_contiguous:
+        half.widen_into(dst, x)  # F16C vector code: numpy's astype is scalar software
+    else:
+        np.copyto(dst, to_compute(x, t))
+
+
+def _to_half(dst: np.ndarray, y: np.ndarray, t: DType) -> None:
+    if t is DType.FLOAT16 and dst.flags.c_contiguous:
+        half.round_into(dst, y)
+    else:
+        np.copyto(dst, to_storage(y, t))
 
 
 def _spec(program: Program, layer: LayerInfo) -> LayerSpec:
