@@ -252,3 +252,16 @@ def test_every_cpu_kernel_has_a_rule_or_a_bind_check() -> None:
     unproved = sorted(op for op in {*KERNELS, *TACTICS} if op not in RULES
                       and op not in BIND_CHECKED)
     assert unproved == []
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_mutated_op_loadables_end_typed(loadables: dict[str, bytes], op: str) -> None:
+    """A few structure-aware mutations of each op's loadable (the long run: scripts/fuzz.py
+    over tests/fuzz/seeds): each is refused or runs, always typed."""
+    from tests.fuzz.harness import run_input
+    from tests.fuzz.loadables import mutated_loadable
+
+    seed = _seed(loadables, op)
+    outcomes = {i: run_input("structure", mutated_loadable(seed, "structure", i))
+                for i in range(8)}
+    assert {i: o for i, o in outcomes.items() if o.split(":")[0] not in ("ok", "typed")} == {}
