@@ -35,6 +35,7 @@ from pydla.engine.device import DEVICE_COUNT, TASK_STATISTICS, DlaDevice
 from pydla.engine.faults import ClosedError, InvalidDeviceError, InvalidParamError
 from pydla.engine.inputs import check_input
 from pydla.engine.memory import MEMORY
+from pydla.engine.module import is_short
 from pydla.engine.stats import LayerTime, TaskStatistics, decode_task_statistics
 from pydla.engine.task import RawTask, TaskPlan, plan_task
 from pydla.formats import TensorDescriptor
@@ -98,9 +99,9 @@ class Stream(_Closable):
     def __int__(self) -> int:
         return self._stream.handle
 
-    def _enqueue(self, op: engine_stream.Op) -> None:
+    def _enqueue(self, op: engine_stream.Op, inline: bool = False) -> None:
         self._check_open()
-        self._stream.enqueue(op)
+        self._stream.enqueue(op, inline)
 
     def synchronize(self) -> None:
         """Wait for the queued work; raise the first failure reported on the stream."""
@@ -256,7 +257,7 @@ class Module(_Closable):
                 future.set_result(outputs)
 
         try:
-            target._enqueue(run)
+            target._enqueue(run, inline=is_short(self._mod.loaded))
         except BaseException:
             self._release(bufs)
             raise

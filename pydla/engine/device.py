@@ -24,7 +24,7 @@ from pydla.engine.faults import (
 )
 from pydla.engine.handles import HandleTable
 from pydla.engine.memory import HOST, MEMORY, TENSOR_KINDS, Region, as_bytes
-from pydla.engine.module import LoadedModule
+from pydla.engine.module import LoadedModule, is_short
 from pydla.engine.stream import drain_blocking_streams, get_stream
 from pydla.engine.task import RawTask, TaskPlan, execute, plan_task
 from pydla.formats import TensorDescriptor
@@ -202,7 +202,7 @@ class DlaDevice:
             run()
             return
         try:
-            queue.enqueue(run)
+            queue.enqueue(run, inline=all(is_short(plan.module.loaded) for plan in plans))
         except BaseException:
             self._done()
             raise

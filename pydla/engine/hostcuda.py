@@ -37,6 +37,9 @@ _DIRECTIONS = {HOST_TO_HOST: (False, False), HOST_TO_DEVICE: (True, False),
                DEVICE_TO_HOST: (False, True), DEVICE_TO_DEVICE: (True, True)}
 
 F = TypeVar("F", bound=Callable[..., Any])
+# Copies up to this size run in the caller's thread when their stream is idle (engine.stream):
+# 1 MiB copies in ≈ 50 µs, about what handing it to the stream's worker costs.
+INLINE_COPY_BYTES = 1 << 20
 
 
 def address(x: Any) -> int | None:
@@ -95,9 +98,15 @@ def memcpy(dst: Any, src: Any, count: int, kind: int, stream: int) -> None:
         where = {True: "device memory", False: "host memory"}
         raise MemcpyDirectionError(f"copy kind {kind} contradicts a copy from "
                                    f"{where[s_device]} to {where[d_device]}")
-    if not s_device:
-        s = s.copy()
-    run_on(stream, lambda: np.copyto(d, s))
+
+    def snapshot() -> Callable[[], None]:
+        # queued: the host source may change before the stream reaches the copy
+        src = s if s_device else s.copy()
+        return lambda: np.copyto(d, src)
+
+    # From host memory the queued copy costs its snapshot anyway: copying now is no dearer.
+    run_on(stream, lambda: np.copyto(d, s), inline=not s_device or count <= INLINE_COPY_BYTES,
+           deferred=snapshot)
 
 
 def memset(ptr: Any, value: int, count: int, stream: int) -> None:

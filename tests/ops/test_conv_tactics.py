@@ -34,6 +34,13 @@ from pydla.loadable import read_loadable, write_loadable
 from pydla.plan.lower import lower
 from tests.oracle import make_model, model_tolerance_ok, run_ort
 
+
+@pytest.fixture(autouse=True)
+def _split_small_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layers here are small; split them anyway, so the threads' parts are tested (the
+    unsplit path is every layer's below threads.PARALLEL_MIN_FLOPS, tested by the models)."""
+    monkeypatch.setattr(threads, "PARALLEL_MIN_FLOPS", 0)
+
 RNG = np.random.default_rng(5)
 FAST = ("gemm1x1", "gemm_c16", "gemv", "depthwise", "depthwise_c16", "direct_c16",
         "winograd4", "winograd2", "im2col", "taps_c16")

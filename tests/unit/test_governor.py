@@ -113,3 +113,9 @@ def test_a_program_computes_the_same_on_fewer_threads() -> None:
     finally:
         threads.set_num_threads(None)
         threads.configure()
+
+
+def test_small_layers_run_unforked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "num_threads", lambda: 2)
+    assert threads.threads_for_flops(threads.PARALLEL_MIN_FLOPS - 1) == 1
+    assert threads.threads_for_flops(threads.PARALLEL_MIN_FLOPS) == 2

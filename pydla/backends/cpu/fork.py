@@ -133,7 +133,10 @@ def _prepare(task: int, args: tuple, at: int) -> int:  # type: ignore[type-arg]
 def fork_call(task: Dispatcher, nthreads: int, *args: object) -> Thunk:
     """``task(t, *args)`` for t in range(nthreads), on the thread pool, as one call;
     compiled (or loaded from numba's cache) now. ``Fixed`` arguments are literals in the
-    task, as for ``kernel_call``."""
+    task, as for ``kernel_call``. A layer too small to split (nthreads 1) runs the same
+    compiled task on the calling thread as t = 0: no parallel region."""
+    if nthreads <= 1:
+        return kernel_call(task, 0, *args)
     sig = (types.int64, *arg_types(args))
     task.compile(sig)
     compiled = task.overloads[sig]
@@ -159,11 +162,3 @@ def fork_call(task: Dispatcher, nthreads: int, *args: object) -> Thunk:
     run = functools.partial(_launcher(), entry, nthreads, blob.ctypes.data)
     run.keep = (blob, values)  # type: ignore[attr-defined]
     return run
-
-
-def fork_or_call(task: Dispatcher, nthreads: int, *args: object) -> Thunk:
-    """``fork_call``, or for a layer too small to split (nthreads 1) the task on the
-    calling thread as t = 0: the same compiled task, no parallel region."""
-    if nthreads > 1:
-        return fork_call(task, nthreads, *args)
-    return kernel_call(task, 0, *args)

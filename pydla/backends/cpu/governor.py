@@ -79,6 +79,10 @@ class Governor:
         """The thread count runs use now (a probe apart)."""
         return self.counts[self.current]
 
+    def typical_ns(self) -> int | None:
+        """The median of the recent runs at the current count (None before three runs)."""
+        return int(statistics.median(self.times)) if len(self.times) >= 3 else None
+
     def describe(self) -> str:
         """The runs by thread count, for a benchmark's report: "2 threads (adaptive: 1 in 3 %
         of the runs)"."""

@@ -32,7 +32,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, pack_b, packed_b_size
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, copy_bytes
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, sigmoid32, tanh32
@@ -251,7 +251,7 @@ def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
         if constant:
             prepare()
         run = chain(proj.thunk(),
-                    fork_or_call(_directions, int(geo[7]), rt.reshape(-1), rp, rph, hs,
+                    fork_call(_directions, int(geo[7]), rt.reshape(-1), rp, rph, hs,
                                  rs.reshape(-1), edge, bsum.reshape(dirs, width),
                                  rbh, np.ascontiguousarray(h0).reshape(-1), h.reshape(-1),
                                  proj.g.reshape(-1), rh.reshape(-1), outs[0].reshape(-1),

@@ -24,7 +24,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, pack_b, packed_b_size
 from pydla.backends.cpu.kernels.fast_math import FASTMATH_REDUCE, sigmoid32, tanh32
 from pydla.backends.cpu.kernels.fast_recurrent import (
@@ -145,7 +145,7 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         # thread (one direction on the calling thread: a parallel region of one task still
         # wakes the pool, and on a busy machine waited out time slices for it).
         run = chain(proj.thunk(),
-                    fork_or_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
+                    fork_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
                                  np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
                                  rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
                                  yh.reshape(-1), yc.reshape(-1), geo))

@@ -26,7 +26,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn, TensorSpec
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels import fast_gemv
 from pydla.backends.cpu.kernels.conv_fast import gemm as packed_gemm
 from pydla.backends.cpu.kernels.conv_fast.binding import Derived
@@ -379,13 +379,13 @@ def bind_blas(spec: LayerSpec, packed: bool = False) -> RunFn:
             b = bp
         flat = y.reshape(-1)
         if compiled is None:
-            return fork_or_call(gemm_task, nthreads, nthreads, a, b, flat, alpha, mode, geo)
+            return fork_call(gemm_task, nthreads, nthreads, a, b, flat, alpha, mode, geo)
         regs = [y, *(beta if i == BETA else ins[i] for i in sources)]
         operands = compiled.operands(regs)
         if operands is not None:  # the epilogue runs inside the product's parallel region
-            return fork_or_call(compiled.module.product_task, nthreads, nthreads, a, b, flat,
+            return fork_call(compiled.module.product_task, nthreads, nthreads, a, b, flat,
                                 alpha, mode, geo, *operands[1:])
-        return chain(fork_or_call(gemm_task, nthreads, nthreads, a, b, flat, alpha, mode, geo),
+        return chain(fork_call(gemm_task, nthreads, nthreads, a, b, flat, alpha, mode, geo),
                      compiled.prebind(regs, [y]))
 
     return PreboundKernel(prebind)

@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from pydla.backends.base import LayerSpec
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.blas import AVAILABLE, sgemm
 from pydla.backends.cpu.kernels.conv_fast.gemm import MR, NR, gemm_rows, pack_b, packed_b_size
 from pydla.backends.cpu.kernels.conv_fast.simd import LANES, copy_bytes, counted_loop, splat
@@ -213,7 +213,7 @@ class InputProjection:
 
     def thunk(self) -> Thunk:
         """The product into ``g``, on the pool where it pays (FORK_MIN_MACS)."""
-        return fork_or_call(input_gates, self.threads, self.xp, self.wp, self.edge,
+        return fork_call(input_gates, self.threads, self.xp, self.wp, self.edge,
                             self.g.reshape(-1), self.rows, self.size, self.gates,
                             self.threads)
 

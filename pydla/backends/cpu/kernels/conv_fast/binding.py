@@ -32,7 +32,9 @@ def bind_conv(spec: LayerSpec, make: Make, blocked: bool = False) -> RunFn:
     if geo is None:
         raise KernelError(spec.name, spec.op, "not a 2-D float convolution"
                           + (" in the layouts this tactic reads" if blocked else ""))
-    nthreads = threads.configure()
+    threads.configure()
+    flops = 2 * geo.n * geo.m * geo.pixels * (geo.c // geo.group) * geo.kh * geo.kw
+    nthreads = threads.threads_for_flops(flops)
     epi = compile_epilogue(spec)
     if geo.y_blocked and (epi is None or epi.vec):
         raise KernelError(spec.name, spec.op, "a blocked output's epilogue may read only "

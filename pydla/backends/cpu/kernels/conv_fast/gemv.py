@@ -19,7 +19,7 @@ from numba import njit
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import workspace
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.conv_fast.binding import (
     Derived,
     Thunk,
@@ -141,7 +141,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         assert x is not None and w is not None
         full0, full1 = args.fulls(inputs)
         scratch = args.scratch.array
-        call = fork_or_call(gemv, threads_used, x.reshape(geo.n, geo.c, geo.pixels), wp, bp,
+        call = fork_call(gemv, threads_used, x.reshape(geo.n, geo.c, geo.pixels), wp, bp,
                             work.array, out_rows(outputs[0], geo.n * m, geo.pixels),
                             threads_used, local, code, prm, full0, full1, vecs, scratch)
         call = with_bias_copy(call, bias_of(inputs, geo, zeros), bp)

@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, interleave16, micro_kernel
 from pydla.backends.cpu.kernels.int8.requant import LANES, requant
 from pydla.backends.cpu.kernels.int8.thunk import bound
@@ -212,9 +212,9 @@ def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, c
     x8 = x.view(np.uint8)
     planes = batch * group * quads * sh * sw
     n_prep = min(nthreads, planes)
-    prepare = fork_or_call(interleave_task, n_prep, n_prep, x8, xi, path.kg, flip,
+    prepare = fork_call(interleave_task, n_prep, n_prep, x8, xi, path.kg, flip,
                            a_zp, group, cg, quads, sh, sw, pt, pl, hq, wq, plane)
-    compute = fork_or_call(conv_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
+    compute = fork_call(conv_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
                            wdata, offsets, corr, scale, out3, Fixed(kinds[0]), np.float32(q[0]),
                            np.float32(q[1]), np.float32(q[2]), Fixed(kinds[1]), res3,
                            np.float32(r_q[0]), np.float32(r_q[1]), scratch, group, per, quads,

@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, interleave16, micro_kernel
 from pydla.backends.cpu.kernels.int8.requant import LANES, requant
 from pydla.backends.cpu.kernels.int8.thunk import bound
@@ -152,9 +152,9 @@ def bind(x: np.ndarray, w_original: np.ndarray, path_name: str, kernel: tuple[in
     out3 = out.reshape(batch, channels, oh * ow)
     res3 = residual.reshape(batch, channels, oh * ow) if residual is not None else out3
     n_prep = min(nthreads, batch * channels)
-    prepare = fork_or_call(window_task, n_prep, n_prep, x.view(np.uint8), xi, row, path.kg,
+    prepare = fork_call(window_task, n_prep, n_prep, x.view(np.uint8), xi, row, path.kg,
                            flip, a_zp, pt, pl, hp, wp, plane)
-    compute = fork_or_call(depthwise_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
+    compute = fork_call(depthwise_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
                            wdata, offsets, corr, scale, out3, Fixed(kinds[0]),
                            np.float32(q[0]), np.float32(q[1]), np.float32(q[2]),
                            Fixed(kinds[1]), res3, np.float32(r_q[0]), np.float32(r_q[1]),

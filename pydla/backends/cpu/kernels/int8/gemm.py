@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from pydla.backends.cpu import threads
-from pydla.backends.cpu.fork import fork_or_call
+from pydla.backends.cpu.fork import fork_call
 from pydla.backends.cpu.kernels.int8.dot import AVX2, PATHS, VNNI, micro_kernel
 from pydla.backends.cpu.kernels.int8.requant import LANES, requant
 from pydla.backends.cpu.kernels.int8.thunk import bound
@@ -105,7 +105,7 @@ def bind(a: np.ndarray, wdata: np.ndarray, path_name: str, flip: int, corr: np.n
         rows_pad = -(-m // path.rows) * path.rows
         src = aligned_zeros((rows_pad, k_pad), np.uint8)
         n_copy = max(1, min(nthreads, m // 64))
-        steps.append(fork_or_call(copy_task, n_copy, n_copy, a8, src, flip))
+        steps.append(fork_call(copy_task, n_copy, n_copy, a8, src, flip))
     else:
         src = a8
     scratch = aligned_zeros((nthreads, path.rows * path.vec_cols), np.int32)
@@ -113,7 +113,7 @@ def bind(a: np.ndarray, wdata: np.ndarray, path_name: str, flip: int, corr: np.n
     res = residual if residual is not None else out
     items = wdata.shape[0] * -(-m // path.rows)
     nt = max(1, min(nthreads, items))
-    steps.append(fork_or_call(gemm_task, nt, nt, Fixed(PATH_IDS[path_name]), src, wdata, corr,
+    steps.append(fork_call(gemm_task, nt, nt, Fixed(PATH_IDS[path_name]), src, wdata, corr,
                               scale, out, Fixed(kinds[0]), np.float32(q[0]), np.float32(q[1]),
                               np.float32(q[2]), Fixed(kinds[1]), res,
                               np.float32(r_q[0]), np.float32(r_q[1]), scratch, tail, _TAP0))
