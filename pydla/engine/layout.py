@@ -55,6 +55,13 @@ def pack(x: Any, desc: Any, out: np.ndarray | None = None) -> np.ndarray:
     ``out`` (uint8, ``size_`` bytes) is filled instead of a new buffer when given."""
     arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
     dtype = dtype_of(desc)
+    if out is not None and arr.dtype == dtype.np and int(desc.data_format) == \
+            formats.DATA_FORMAT_NCHW and arr.nbytes == _size(desc) and \
+            formats.nchw(arr.shape) == _shape(desc):
+        # linear layout of the same type: the buffer holds the array's bytes (the common
+        # case, every task of the Pythonic API)
+        out[:arr.nbytes].view(arr.dtype).reshape(arr.shape)[...] = arr
+        return out
     # The array's own shape must map onto the descriptor's (n, c, h, w) as the builder maps
     # tensors (formats.nchw): an equal element count alone would accept an NHWC image.
     if formats.nchw(arr.shape) != _shape(desc):
