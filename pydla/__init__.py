@@ -4,7 +4,11 @@ Importing ``pydla`` loads nothing heavy; the builder (``pydla.builder``) needs o
 runtime (``pydla.engine``, ``pydla.cudla``) needs only numpy (and numba).
 """
 
+import logging
 from typing import Any
+
+# A library logs and lets the program choose where (the CLI installs trtexec's format).
+logging.getLogger("pydla").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 __all__ = ["InferenceSession", "NodeArg", "__version__", "get_num_threads", "set_num_threads"]

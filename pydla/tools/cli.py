@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pydla.errors import PydlaError
 from pydla.tools.filearg import resolve_file_args
 from pydla.tools.flags import FlagError
+from pydla.tools.logs import cli_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if hasattr(args, "_file_kinds"):
             resolve_file_args(args)
-        return int(args.func(args) or 0)
+        with cli_logging(verbose=bool(getattr(args, "verbose", False))):
+            return int(args.func(args) or 0)
     except BrokenPipeError:  # stdout closed early (| head): quiet, as a user's pipe intends
         try:  # and no second BrokenPipeError when Python flushes stdout at exit
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

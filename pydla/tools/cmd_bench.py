@@ -10,6 +10,7 @@ from typing import Any
 from pydla.tools.buildflags import add_build_flags, engine_bytes
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
+from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         r.set_inputs(inputs)
 
     def info(line: str = "") -> None:
-        print(f"[pydla] [I] {line}")
+        LOG.info(line)
 
     info(f"Engine: {args.loadEngine or args.onnx} ({len(prog.layers)} layers, activation arena "
          f"{prog.arena_bytes:,} bytes), {args.infStreams} stream(s), device cpu")
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     for line in lines[:-1]:
         info(line)
     for line in warnings:
-        print(f"[pydla] [W] {line}")
+        LOG.warning(line)
     info(lines[-1])
     if args.verbose:
         info()
@@ -144,4 +145,4 @@ def _write_json(path: str | None, value: object) -> None:
     if path:
         with open(path, "w") as f:
             json.dump(value, f, indent=1)
-        print(f"[pydla] [I] wrote {path}")
+        LOG.info(f"wrote {path}")

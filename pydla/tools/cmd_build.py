@@ -10,6 +10,7 @@ import time
 from pydla.tools.buildflags import add_build_flags, build_options
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import parse_mem_pools
+from pydla.tools.logs import LOG
 
 HARMLESS = ("--skipInference", "--noDataTransfers")
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with Progress("Autotuning") as bar:
         options = dataclasses.replace(
-            build_options(args, log=lambda message: print(f"[pydla] [V] {message}"),
+            build_options(args, log=LOG.debug,
                           verbose=args.verbose, progress=bar.report),
             dla_core=args.useDLACore, dla_standalone=args.buildDLAStandalone,
             gpu_fallback=args.allowGPUFallback, adjust_for_dla=args.adjust_for_dla,
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         data = build(args.onnx, options)
     with open(args.saveEngine, "wb") as f:
         f.write(data)
-    print(f"[pydla] built {args.onnx} -> {args.saveEngine} ({len(data):,} bytes) in "
+    LOG.info(f"built {args.onnx} -> {args.saveEngine} ({len(data):,} bytes) in "
           f"{time.perf_counter() - start:.2f} s")
     if args.exportLayerInfo or args.dumpLayerInfo:
         info = layer_info(read_loadable(data))
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             with open(args.exportLayerInfo, "w") as f:
                 json.dump(info, f, indent=1)
         if args.dumpLayerInfo:
-            print(format_layer_info(info))
+            LOG.info(format_layer_info(info))
     return 0
 
 
@@ -101,7 +102,7 @@ def format_layer_info(info: dict) -> str:
         extra = f" + {'+'.join(lay['epilogue'])}" if "epilogue" in lay else ""
         layout = f", {' -> '.join(lay['layouts'])}" if "layouts" in lay else ""
         device = f", {lay['device']}" if "device" in lay else ""
-        lines.append(f"[pydla] Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
+        lines.append(f"Layer {lay['name']} ({lay['type']}{extra}, {lay['precision']}, "
                      f"tactic {lay['tactic']}{layout}{device}): {ins} -> {outs}  "
                      f"[from {', '.join(lay['fused_from'])}]"
                      + (f"  {info.get('precision_flag', '--int8')} {lay['precision_reason']}"
@@ -110,11 +111,11 @@ def format_layer_info(info: dict) -> str:
                         else ""))
     if "dla" in info:
         d = info["dla"]
-        lines.append(f"[pydla] DLA core {d['core']} ({d['mode']}, {d['precision']}): "
+        lines.append(f"DLA core {d['core']} ({d['mode']}, {d['precision']}): "
                      f"{d['supported_layers']} of {d['checked_layers']} checked layers on the "
                      f"DLA in {d['subgraphs']} subgraph(s) [{d['rule_set']}]")
     m = info["memory"]
-    lines.append(f"[pydla] Memory: activations {m['activation_bytes']:,} bytes (naive "
+    lines.append(f"Memory: activations {m['activation_bytes']:,} bytes (naive "
                  f"{m['naive_activation_bytes']:,}), weights {m['weight_bytes']:,}, workspace "
                  f"{m['workspace_bytes']:,}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import argparse
 import json
 
 from pydla.tools.flags import parse_shapes
+from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 f.write(text + "\n")
     if args.json != "-":
         for line in report_lines(report, path, args.verbose):
-            print(f"[pydla] {line}")
+            LOG.info(line)
     return 1 if args.strict and report.supported_layers < len(report.layers) else 0
 
 

@@ -25,6 +25,7 @@ from pydla.tools.errorstats import (
 )
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError, parse_shapes
+from pydla.tools.logs import LOG
 
 if TYPE_CHECKING:
     import onnx
@@ -254,8 +255,8 @@ def _report_first(prog: Program, lay: LayerInfo, results: dict[int, Comparison])
 
 
 def _info(line: str) -> None:
-    print(f"[pydla] [I] {line}")
+    LOG.info(line)
 
 
 def _error(line: str) -> None:
-    print(f"[pydla] [E] {line}")
+    LOG.error(line)

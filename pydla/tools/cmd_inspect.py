@@ -9,6 +9,7 @@ from typing import Any
 
 from pydla.tools.buildflags import add_build_flags, build_options
 from pydla.tools.filearg import add_file_args
+from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=1))
     else:
-        print("\n".join(f"[pydla] {line}" for line in lines))
+        LOG.info("\n".join(lines))
     return 0 if info.get("build", {}).get("ok", True) else 1
 
 
@@ -101,5 +102,5 @@ def loadable_text(info: dict[str, Any]) -> list[str]:
     lines.append(f"Layers: {len(info['layers'])}; precisions "
                  + ", ".join(f"{k} x{n}" for k, n in info["precisions"].items())
                  + "; tactics " + ", ".join(f"{k} x{n}" for k, n in info["tactics"].items()))
-    lines += [line.removeprefix("[pydla] ") for line in format_layer_info(info).splitlines()]
+    lines += format_layer_info(info).splitlines()
     return lines

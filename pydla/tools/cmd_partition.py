@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from pydla.tools.cmd_check import add_dla_model_flags, model_flags
+from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
     manifest, report = partition_model(path, args.output_dir, args.precision, shapes, values,
                                        adjust=args.adjust)
     for part in manifest["parts"]:
-        print(f"[pydla] {part['file']}: {part['device']}, inputs {', '.join(part['inputs'])}; "
+        LOG.info(f"{part['file']}: {part['device']}, inputs {', '.join(part['inputs'])}; "
               f"outputs {', '.join(part['outputs'])}")
     for note in report.notes:
-        print(f"[pydla] {note}")
-    print(f"[pydla] {report.summary()}")
-    print(f"[pydla] wrote {len(manifest['parts'])} parts and manifest.json to {args.output_dir}")
+        LOG.info(f"{note}")
+    LOG.info(f"{report.summary()}")
+    LOG.info(f"wrote {len(manifest['parts'])} parts and manifest.json to {args.output_dir}")
     return 0

@@ -11,6 +11,7 @@ from typing import Any
 from pydla.loadable import Program
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
+from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -106,6 +107,6 @@ def run(args: argparse.Namespace) -> int:
     data = page.encode("utf-8")  # the page has non-ASCII text: count bytes, not characters
     with open(args.output, "wb") as f:
         f.write(data)
-    print(f"[pydla] wrote {args.output} ({len(data):,} bytes; {len(program.layers)} layers"
+    LOG.info(f"wrote {args.output} ({len(data):,} bytes; {len(program.layers)} layers"
           f"{', with profile' if profile else ''})")
     return 0

@@ -14,6 +14,7 @@ from pydla.dtypes import DType, to_compute
 from pydla.engine.inputs import check_input
 from pydla.tools.filearg import add_file_args, check_readable
 from pydla.tools.flags import FlagError
+from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -126,10 +127,10 @@ def run(args: argparse.Namespace) -> int:
     for io, y in zip(prog.outputs, outputs):
         t = prog.tensors[io.tensor]
         v = to_compute(y, t.dtype).astype(np.float64) if y.size else np.zeros(1)
-        print(f"[pydla] output {t.name}: shape={t.shape} dtype={t.dtype.short} "
+        LOG.info(f"output {t.name}: shape={t.shape} dtype={t.dtype.short} "
               f"min={v.min():.6g} max={v.max():.6g} mean={v.mean():.6g}")
     if args.exportOutput:
         size = export_outputs(args.exportOutput, module.output_names, outputs,
                               [prog.tensors[io.tensor].dtype for io in prog.outputs])
-        print(f"[pydla] wrote {args.exportOutput} ({size:,} bytes)")
+        LOG.info(f"wrote {args.exportOutput} ({size:,} bytes)")
     return 0

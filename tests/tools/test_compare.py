@@ -11,6 +11,7 @@ from pydla.tools.cli import main
 from pydla.tools.errorstats import Tolerance, compare_arrays, parse_per_name
 from pydla.tools.flags import FlagError
 from pydla.tools.layerwise import reference_names
+from tests.tools.logtext import unstamped
 from tests.tools.tiny import conv_chain, perturb_weight, save_model
 
 
@@ -85,11 +86,11 @@ def test_layerwise_passes_on_a_faithful_engine(engine, capsys):
     onnx_path, bin_path = engine
     assert main(["compare", str(onnx_path), f"--loadEngine={bin_path}", "--layerwise",
                  "--atol=1e-4", "--rtol=1e-4"]) == 0
-    out = capsys.readouterr().out
+    out = unstamped(capsys.readouterr().out)
     assert "=== Layerwise: 3 layer outputs of 3 layers compared ===" in out
     verdicts = [line for line in out.splitlines() if "PASSED |" in line or "FAILED |" in line
-                and not line.startswith("[pydla] [I]     ")]
-    assert verdicts[-1] == ("[pydla] [I] PASSED | all 1 outputs match; all 3 layer outputs "
+                and not line.startswith("[I]     ")]
+    assert verdicts[-1] == ("[I] PASSED | all 1 outputs match; all 3 layer outputs "
                             "within layerwise tolerance")
 
 
@@ -99,14 +100,14 @@ def test_layerwise_names_the_perturbed_layer(engine, tmp_path, capsys):
     bad.write_bytes(perturb_weight(bin_path.read_bytes(), "conv2"))
     rc = main(["compare", str(onnx_path), f"--loadEngine={bad}", "--layerwise", "--atol=1e-4",
                "--rtol=1e-4"])
-    out = capsys.readouterr().out
+    out = unstamped(capsys.readouterr().out)
     assert rc == 1
     assert "First divergent layer: #1 'conv2' (Conv, fp32" in out
     assert "fused ONNX nodes: conv2, bn2, relu2" in out
     assert "its inputs (x1) match onnxruntime: the error starts in this layer" in out
     rows = [line for line in out.splitlines() if "<- FAILED" in line]
-    assert rows[0].split()[3] == "conv2"  # later layers diverge too, but after it
-    assert out.splitlines()[-1].startswith("[pydla] [E] FAILED | 1 of 1 outputs differ")
+    assert rows[0].split()[2] == "conv2"  # later layers diverge too, but after it
+    assert out.splitlines()[-1].startswith("[E] FAILED | 1 of 1 outputs differ")
     assert out.splitlines()[-1].endswith("; first divergent layer #1 'conv2'")
 
 
@@ -116,16 +117,16 @@ def test_layerwise_fp16_uses_per_precision_tolerances(engine, capsys):
     onnx_path, _ = engine
     argv = ["compare", str(onnx_path), "--autocast=fp16", "--layerwise"]
     assert main([*argv, "--atol=1e-2", "--rtol=1e-2"]) == 0
-    out = capsys.readouterr().out
+    out = unstamped(capsys.readouterr().out)
     assert "<- FAILED" not in out and " fp16 " in out and "0.02/0.02" in out
-    verdicts = [line for line in out.splitlines() if line.startswith(("[pydla] [I] PASSED |",
-                                                                       "[pydla] [E] FAILED |"))]
+    verdicts = [line for line in out.splitlines() if line.startswith(("[I] PASSED |",
+                                                                       "[E] FAILED |"))]
     assert verdicts == [out.splitlines()[-1]] and "PASSED | all 1 outputs match; all" in out
     # Given layerwise tolerances are used as given: far too tight, the first layer fails.
     assert main([*argv, "--atol=1e-2", "--rtol=1e-2", "--layerwise-atol=1e-7",
                  "--layerwise-rtol=1e-7"]) == 1
-    last = capsys.readouterr().out.splitlines()[-1]
-    assert last.startswith("[pydla] [E] FAILED | all 1 outputs match; first divergent layer")
+    last = unstamped(capsys.readouterr().out).splitlines()[-1]
+    assert last.startswith("[E] FAILED | all 1 outputs match; first divergent layer")
 
 
 def test_folded_layers_compare_against_the_group_output(engine):

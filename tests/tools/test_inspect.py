@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from pydla.tools.cli import main
 from tests.oracle import make_model
+from tests.tools.logtext import unstamped
 from tests.tools.tiny import conv_chain, save_model
 
 
@@ -20,13 +21,13 @@ def engine(tmp_path_factory):
 def test_onnx_text(engine, capsys):
     onnx_path, _ = engine
     assert main(["inspect", str(onnx_path), "--verbose"]) == 0
-    out = capsys.readouterr().out
+    out = unstamped(capsys.readouterr().out)
     for line in ("Input  x: (1, 3, 8, 8) float32", "Output y: (1, 2, 8, 8) float32",
                  "Ops: Conv x3, BatchNormalization x2, Relu x2", "Build: 7 ONNX nodes -> 3 layers",
                  "fold_batchnorm: 2", "fuse_epilogue: 2"):
         assert line in out
     # --verbose adds the pass log itself (its wording belongs to the passes).
-    assert any(x.startswith("[pydla]   [V] fold_batchnorm:") and "'bn1'" in x
+    assert any(x.startswith("[I]   [V] fold_batchnorm:") and "'bn1'" in x
                for x in out.splitlines())
 
 
