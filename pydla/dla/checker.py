@@ -11,6 +11,7 @@ re-enters itself, so each run is a valid loadable).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +27,20 @@ class DlaRuleError(BuildError):
 
 
 @dataclass(frozen=True)
-class Refusal:
+class TargetRefusal:
+    """Why a target cannot run a layer: a rule key and the layer's own detail."""
+
     rule: str
     detail: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.detail} [{self.rule}]"
+
+
+@dataclass(frozen=True)
+class Refusal(TargetRefusal):
+    """A DLA refusal: the reason also quotes the documented rule it breaks."""
 
     @property
     def reason(self) -> str:
@@ -42,25 +54,33 @@ class LayerVerdict:
     op: str
     layer_type: str | None
     supported: bool
-    refusal: Refusal | None
+    refusal: TargetRefusal | None
     onnx_nodes: list[str]
     flops: int
     segment: int | None = None
+    runs_on: str = "DLA"  # the device of a supported layer
+    otherwise: str = "GPU"  # of a refused one ("none": nothing runs it)
+
+    @property
+    def device(self) -> str:
+        return self.runs_on if self.supported else self.otherwise
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "op": self.op, "supported": self.supported,
+                "device": self.device,
                 "reason": self.refusal.reason if self.refusal else None,
                 "rule": self.refusal.rule if self.refusal else None,
                 "layer_type": self.layer_type, "onnx_nodes": list(self.onnx_nodes),
                 "flops": self.flops, "segment": self.segment}
 
 
-@dataclass
-class DlaReport:
-    precision: str
+class LayerReport(ABC):
+    """What every target's check reports (``pydla check --target=…``): a verdict per
+    layer, the share of layers and FLOPs the target runs, notes."""
+
+    target: str
     layers: list[LayerVerdict]
-    segments: list[list[str]]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str]
 
     @property
     def supported_layers(self) -> int:
@@ -71,19 +91,38 @@ class DlaReport:
         total = sum(v.flops for v in self.layers)
         return sum(v.flops for v in self.layers if v.supported) / total if total else 1.0
 
+    def coverage(self, what: str) -> str:
+        """"N of M layers, X % of the FLOPs, ``what``"."""
+        return (f"{self.supported_layers} of {len(self.layers)} layers, "
+                f"{100 * self.flops_fraction:.1f} % of the FLOPs, {what}")
+
+    @abstractmethod
     def summary(self) -> str:
-        n, m = self.supported_layers, len(self.layers)
-        k = len(self.segments)
-        return (f"{n} of {m} layers, {100 * self.flops_fraction:.1f} % of the FLOPs, can run "
-                f"on DLA ({self.precision}); {k} DLA subgraph{'s' if k != 1 else ''}")
+        """The one-line verdict on the whole model."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": "dla", "rule_set": RULE_SET, "precision": self.precision,
-                "layers": [v.to_json() for v in self.layers],
+        return {"target": self.target, "layers": [v.to_json() for v in self.layers],
                 "supported_layers": self.supported_layers, "total_layers": len(self.layers),
                 "flops_fraction": round(self.flops_fraction, 6),
-                "dla_subgraphs": len(self.segments), "segments": self.segments,
                 "notes": list(self.notes), "summary": self.summary()}
+
+
+@dataclass
+class DlaReport(LayerReport):
+    precision: str
+    layers: list[LayerVerdict]
+    segments: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    target: str = "dla"
+
+    def summary(self) -> str:
+        k = len(self.segments)
+        return self.coverage(f"can run on DLA ({self.precision}); {k} DLA "
+                             f"subgraph{'s' if k != 1 else ''}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**super().to_json(), "rule_set": RULE_SET, "precision": self.precision,
+                "dla_subgraphs": len(self.segments), "segments": self.segments}
 
 
 # -- the checks ---------------------------------------------------------------------------
@@ -478,6 +517,20 @@ def node_flops(node: Node) -> int:
     return size
 
 
+def layer_verdicts(graph: Graph,
+                   check: Callable[[Node], tuple[str | None, TargetRefusal | None]],
+                   runs_on: str = "DLA", otherwise: str = "GPU") -> list[LayerVerdict]:
+    """Every layer of ``graph`` in execution order through ``check`` (its layer type on the
+    target, and why the target refuses it or None)."""
+    verdicts = []
+    for node in graph.nodes:
+        layer, refusal = check(node)
+        verdicts.append(LayerVerdict(node.name, node.op, layer, refusal is None, refusal,
+                                     list(node.fused_from) or [node.name], node_flops(node),
+                                     runs_on=runs_on, otherwise=otherwise))
+    return verdicts
+
+
 def check_graph(graph: Graph, precision: str = "fp16") -> DlaReport:
     producers = {id(o): n for n in graph.nodes for o in n.outputs}
     consumers: dict[int, list[Node]] = {}
@@ -486,12 +539,7 @@ def check_graph(graph: Graph, precision: str = "fp16") -> DlaReport:
             if v is not None:
                 consumers.setdefault(id(v), []).append(n)
     ctx = _Context(precision, producers, consumers)
-    verdicts = []
-    for node in graph.nodes:
-        layer, refusal = check_node(node, ctx)
-        verdicts.append(LayerVerdict(node.name, node.op, layer, refusal is None, refusal,
-                                     list(node.fused_from) or [node.name], node_flops(node)))
-    report = DlaReport(precision, verdicts, [])
+    report = DlaReport(precision, layer_verdicts(graph, lambda n: check_node(n, ctx)), [])
     _segment(graph, report, ctx)
     return report
 

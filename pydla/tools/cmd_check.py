@@ -1,10 +1,12 @@
-"""``pydla check --dla``: which layers of a model the Jetson DLA can run, and why not.
+"""``pydla check --dla`` / ``--target=cuda``: which layers of a model a target can run.
 
-Every layer is checked against Orin's DLA rules (``pydla.dla.rules``, TensorRT's "DLA
+``--dla``: every layer against Orin's DLA rules (``pydla.dla.rules``, TensorRT's "DLA
 Supported Layers and Restrictions"); the summary gives the share of layers and FLOPs and
-the number of DLA subgraphs a GPU-fallback build would need. ``--json`` writes the report
-(schema in docs/dla.md). The exit status is 0 whatever the verdicts: the check itself
-succeeded; ``--strict`` exits 1 when a layer cannot run on the DLA.
+the number of DLA subgraphs a GPU-fallback build would need. ``--target=cuda``: every layer
+against pydla's CUDA kernels and the tensor types they compute
+(``pydla.backends.cuda.coverage``; no GPU needed). ``--json`` writes the report (schema in
+docs/dla.md, the same for both). The exit status is 0 whatever the verdicts: the check
+itself succeeded; ``--strict`` exits 1 when a layer cannot run on the target.
 """
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ from __future__ import annotations
 import argparse
 import json
 
+from pydla.dla.checker import DlaReport, LayerReport
 from pydla.tools.flags import parse_shapes
 from pydla.tools.logs import LOG
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "check", help="check a model against a target's layer rules (the Jetson DLA)",
+        "check", help="check a model against a target's layer rules (the Jetson DLA, CUDA)",
         description="Check every layer of an ONNX model against the rules of a target: "
-        "--dla (or --target=dla) checks NVIDIA Orin's DLA rules as TensorRT documents them.")
+        "--dla (or --target=dla) checks NVIDIA Orin's DLA rules as TensorRT documents them; "
+        "--target=cuda checks which layers pydla's CUDA backend has a kernel for (no GPU "
+        "needed; the model's own tensor types, precision flags do not apply).")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--dla", dest="target", action="store_const", const="dla",
                         help="check against the Jetson Orin DLA's rules")
-    target.add_argument("--target", choices=["dla"], help="the target whose rules to check")
+    target.add_argument("--target", choices=["dla", "cuda"],
+                        help="the target whose rules to check")
     add_dla_model_flags(p)
     p.add_argument("--json", metavar="OUT", help="write the report as JSON to OUT ('-': stdout)")
     p.add_argument("--verbose", action="store_true", help="list every layer, not only refusals")
@@ -63,14 +69,25 @@ def model_flags(args: argparse.Namespace) -> tuple[str, dict, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydla.dla import check_model
     from pydla.errors import BuildError
 
     if args.target is None:
-        raise BuildError("choose the rules to check: --dla (the Jetson Orin DLA)")
+        raise BuildError("choose the rules to check: --dla (the Jetson Orin DLA) or "
+                         "--target=cuda (pydla's CUDA backend)")
     path, shapes, values = model_flags(args)
-    report = check_model(path, precision=args.precision, shapes=shapes, input_values=values,
-                          adjust=args.adjust)
+    report: LayerReport
+    if args.target == "cuda":
+        from pydla.backends.cuda.coverage import check_cuda_model
+
+        if args.adjust:
+            raise BuildError("--adjust rewrites layers for the DLA; it does not apply to "
+                             "--target=cuda")
+        report = check_cuda_model(path, shapes=shapes, input_values=values)
+    else:
+        from pydla.dla import check_model
+
+        report = check_model(path, precision=args.precision, shapes=shapes,
+                             input_values=values, adjust=args.adjust)
     if args.json:
         text = json.dumps(report.to_json(), indent=1)
         if args.json == "-":
@@ -84,16 +101,19 @@ def run(args: argparse.Namespace) -> int:
     return 1 if args.strict and report.supported_layers < len(report.layers) else 0
 
 
-def report_lines(report, path: str, verbose: bool) -> list[str]:  # noqa: ANN001
-    from pydla.dla.rules import RULE_SET
+def report_lines(report: LayerReport, path: str, verbose: bool) -> list[str]:
+    if isinstance(report, DlaReport):
+        from pydla.dla.rules import RULE_SET
 
-    lines = [f"DLA check of {path} against {RULE_SET}, {report.precision}"]
+        lines = [f"DLA check of {path} against {RULE_SET}, {report.precision}"]
+    else:
+        lines = [f"CUDA check of {path} against pydla's CUDA kernels"]
     for v in report.layers:
         if v.supported and not verbose:
             continue
         kind = f"{v.op} -> {v.layer_type}" if v.layer_type else v.op
-        where = f"DLA subgraph {v.segment}" if v.supported else "GPU"
-        why = "" if v.supported else f": {v.refusal.reason}"
+        where = f"DLA subgraph {v.segment}" if v.segment is not None else v.device
+        why = f": {v.refusal.reason}" if v.refusal is not None else ""
         lines.append(f"Layer {v.name} ({kind}): {where}{why}")
     lines.extend(report.notes)
     lines.append(report.summary())

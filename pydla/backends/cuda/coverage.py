@@ -1,0 +1,251 @@
+"""Which ops and tensor types the CUDA backend has kernels for, known without a GPU.
+
+``CUDA_OPS`` is the CUDA kernel registry's op set written as data, so the builder, ``pydla
+check --target=cuda`` and the tests can read it on a machine without CuPy. Two tests keep it
+honest: ``tests/unit/test_cuda_coverage.py`` compares it with the ``@kernel(...)``
+registrations parsed (``ast``, no import) from ``kernels/*.py``, and
+``tests/gpu/test_cuda_registry_gpu.py`` with the imported registry. ``CPU_ONLY`` gives, for
+every CPU kernel without a CUDA one, the reason — the to-do list of issue 26.
+
+``layer_refusal(node)`` applies what the kernels themselves refuse at bind: every kernel
+reads and writes float32, float16 or bfloat16 through ``codegen.c_type`` (exceptions listed
+below), and a few structural limits.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from pydla.dla.checker import LayerReport, LayerVerdict, TargetRefusal, layer_verdicts
+from pydla.dtypes import DType
+from pydla.ir import Graph, Node
+
+KERNEL_SOURCES = Path(__file__).parent / "kernels"
+
+CUDA_OPS = frozenset({
+    # conv.py, conv_transpose.py, gemm.py, matmul.py
+    "Conv", "ConvTranspose", "Gemm", "MatMul",
+    # normalization.py
+    "BatchNormalization", "LayerNormalization",
+    # pointwise.py: fused programs, single float pointwise steps, layout copies
+    "Pointwise", "Identity", "Cast", "Abs", "Add", "Ceil", "Clip", "Cos", "Div", "Elu", "Erf",
+    "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "LeakyRelu", "Log", "Max", "Mean",
+    "Min", "Mish", "Mul", "Neg", "PRelu", "Pow", "Reciprocal", "Relu", "Round", "Selu",
+    "Sigmoid", "Sin", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Swish", "Tan", "Tanh",
+    "ThresholdedRelu",
+    "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+    # pooling.py
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    # recurrent.py
+    "LSTM",
+    # reduce.py
+    "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
+    "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
+    # resize.py, shape.py, softmax.py
+    "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax",
+})
+
+_FLOAT_ONLY = "the CUDA backend computes float32/float16/bfloat16 only"
+_NO_CODE = "no kernel yet: the CUDA pointwise code generator (codegen._step_expr) has no " \
+    "expression for it"
+
+CPU_ONLY: dict[str, str] = {
+    # pointwise ops over non-float tensors
+    **{op: f"bool tensors: {_FLOAT_ONLY}" for op in ("And", "Or", "Xor", "Not")},
+    **{op: f"bool output: {_FLOAT_ONLY}" for op in (
+        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsInf", "IsNaN")},
+    **{op: f"integer tensors: {_FLOAT_ONLY}" for op in (
+        "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "BitCast")},
+    "Where": f"bool condition: {_FLOAT_ONLY}",
+    "Mod": f"{_NO_CODE} (integer and fmod forms)",
+    **{op: _NO_CODE for op in ("Sign", "Shrink", "Celu", "Acos", "Acosh", "Asin", "Asinh",
+                               "Atan", "Atanh", "Cosh", "Sinh")},
+    # integer or quantized tensors
+    "ArgMax": f"int64 output: {_FLOAT_ONLY}",
+    "ArgMin": f"int64 output: {_FLOAT_ONLY}",
+    "TopK": f"int64 indices output: {_FLOAT_ONLY}; no kernel yet",
+    "OneHot": f"integer indices: {_FLOAT_ONLY}; no kernel yet",
+    "MaxUnpool": f"int64 indices input: {_FLOAT_ONLY}; no kernel yet",
+    "GatherElements": "no kernel yet (int64 index tensor; Gather's index kernel is not "
+                      "reused)",
+    "GatherND": "no kernel yet (int64 index tuples)",
+    "ScatterElements": "no kernel yet (int64 index tensor)",
+    "ScatterND": "no kernel yet (int64 index tuples)",
+    "TensorScatter": "no kernel yet (int64 write indices)",
+    "NegativeLogLikelihoodLoss": f"int64 targets: {_FLOAT_ONLY}; no kernel yet",
+    "SoftmaxCrossEntropyLoss": f"int64 labels: {_FLOAT_ONLY}; no kernel yet",
+    "ConstantOfShape": "no kernel yet (folded at build when its shape input is constant)",
+    "QuantizeLinear": f"int8/uint8 output: {_FLOAT_ONLY}",
+    "DequantizeLinear": f"int8/uint8 input: {_FLOAT_ONLY}",
+    "DynamicQuantizeLinear": f"uint8 output: {_FLOAT_ONLY}",
+    "QConv": f"int8 convolution: {_FLOAT_ONLY} (issue 26 item 3: cuDNN int8)",
+    "QGemm": f"int8 GEMM: {_FLOAT_ONLY} (issue 26 item 3: cuBLASLt int8)",
+    "QLinearSoftmax": f"int8/uint8 tensors: {_FLOAT_ONLY}",
+    # float ops without a kernel yet
+    **{op: "no kernel yet" for op in (
+        "AffineGrid", "Attention", "CausalConvWithState", "Col2Im", "CumProd", "CumSum",
+        "DFT", "DeformConv", "DepthToSpace", "Det", "Einsum", "Expand", "GRU", "GridSample",
+        "GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LinearAttention",
+        "LpNormalization", "LpPool", "MeanVarianceNormalization", "Pad", "RMSNormalization",
+        "RNN", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "STFT", "SpaceToDepth",
+        "Tile", "Trilu")},
+    "Reorder": "the CPU backend's blocked-layout change: a cuda build assigns no blocked "
+               "layouts, so it never emits one",
+}
+
+_FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
+_INDEX_TYPES = (DType.INT32, DType.INT64)
+_RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
+
+
+def _type_refusal(node: Node) -> str | None:
+    """The first tensor whose type no kernel of this op reads or writes."""
+    inputs = list(node.inputs)
+    if node.op == "Gather" and len(inputs) > 1 and inputs[1] is not None:
+        idx = inputs[1]
+        # constant indices are widened to int64 on upload; tensors must be int32/int64
+        if not idx.is_const and idx.dtype not in _INDEX_TYPES:
+            return f"indices {idx.name} are {idx.dtype.name.lower()}, not int32/int64"
+        inputs = inputs[:1]
+    if node.op == "LSTM" and len(inputs) > 4 and inputs[4] is not None:
+        if not inputs[4].is_const:
+            return "sequence_lens computed at run time: the CUDA LSTM runs full-length " \
+                   "sequences only"
+        inputs = inputs[:4] + inputs[5:]
+    values = [v for v in inputs + list(node.outputs) if v is not None]
+    if node.op in _RESHAPES and all(len(v.shape) != 4 for v in values):
+        return None  # row-major on both sides: a memcpy, whatever the type
+    for v in values:
+        if v.dtype not in _FLOATS:
+            return f"{v.name} is {v.dtype.name.lower()}: {_FLOAT_ONLY}"
+    return None
+
+
+def _shape_refusal(node: Node) -> str | None:
+    """Structural limits the kernels raise at bind (their KernelError texts)."""
+    x = node.inputs[0] if node.inputs else None
+    rank = len(x.shape) if x is not None else 0
+    if node.op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
+                   "GlobalMaxPool") and rank != 4:
+        return f"a {rank - 2}-D {node.op}: the CUDA backend runs 2-D (rank-4) layers only"
+    if node.op in ("Conv", "ConvTranspose", "LSTM") and any(
+            v is not None and not v.is_const for v in node.inputs[1:3]):
+        return "weights computed at run time: the CUDA kernel needs constant weights"
+    if node.op == "MaxPool" and len([o for o in node.outputs if o is not None]) > 1:
+        return "MaxPool indices: no CUDA kernel writes them"
+    if node.op == "Slice" and any(v is not None and not v.is_const for v in node.inputs[1:]):
+        return "bounds computed at run time: the CUDA Slice reads them from the loadable"
+    if node.op == "BatchNormalization" and len(node.outputs) > 1:
+        return "training-mode BatchNormalization (running statistics as outputs)"
+    return None
+
+
+def layer_refusal(node: Node) -> TargetRefusal | None:
+    """Why the CUDA backend cannot run ``node`` (None: it has a kernel for it); rules
+    ``cuda.kernel`` (no kernel for the op), ``cuda.types``, ``cuda.shape``."""
+    if node.op not in CUDA_OPS:
+        why = CPU_ONLY.get(node.op, "no kernel, on the CPU either")
+        return TargetRefusal("cuda.kernel", f"no CUDA kernel for {node.op}: {why}")
+    why = _type_refusal(node)
+    if why is not None:
+        return TargetRefusal("cuda.types", why)
+    why = _shape_refusal(node)
+    return TargetRefusal("cuda.shape", why) if why is not None else None
+
+
+# -- the registry as the kernel sources write it ------------------------------------------
+def _resolve(tree: ast.Module) -> dict[str, object]:
+    """Names a registration may use: module-level literal assignments (op-keyed tables:
+    their keys) and the op tables of ``pydla.ops`` (pure data, no GPU)."""
+    import pydla.ops
+
+    names: dict[str, object] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "pydla.ops":
+            for alias in stmt.names:
+                names[alias.asname or alias.name] = getattr(pydla.ops, alias.name)
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(
+                stmt.targets[0], ast.Name):
+            value = stmt.value
+            try:
+                names[stmt.targets[0].id] = ast.literal_eval(value)
+            except ValueError:
+                # a table keyed by op names whose values are code (reduce.py's _OPS):
+                # registrations only iterate its keys
+                if isinstance(value, ast.Dict) and all(
+                        isinstance(k, ast.Constant) for k in value.keys):
+                    names[stmt.targets[0].id] = dict.fromkeys(
+                        k.value for k in value.keys if isinstance(k, ast.Constant))
+    return names
+
+
+def _kernel_calls(tree: ast.Module) -> Iterable[ast.Call]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "kernel":
+            yield node
+
+
+def registered_ops(sources: Path = KERNEL_SOURCES) -> dict[str, str]:
+    """op → kernel module file, from every ``kernel(...)`` call (decorator or direct) in
+    ``sources``' modules, its arguments evaluated over string literals, module constants
+    and ``pydla.ops`` tables only."""
+    found: dict[str, str] = {}
+    for path in sorted(sources.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        names = _resolve(tree)
+        for call in _kernel_calls(tree):
+            for arg in call.args:
+                expr = arg.value if isinstance(arg, ast.Starred) else arg
+                code = compile(ast.Expression(expr), str(path), "eval")
+                scope = {"__builtins__": {"sorted": sorted}, **names}
+                value = eval(code, scope)  # noqa: S307 (literals and pure tables only)
+                for op in ([value] if isinstance(value, str) else value):
+                    if op in found:
+                        raise ValueError(f"{op} registered in {found[op]} and {path.name}")
+                    found[op] = path.name
+    return found
+
+
+# -- the check of a whole model (``pydla check --target=cuda``) -----------------------------
+@dataclass
+class CudaReport(LayerReport):
+    layers: list[LayerVerdict]
+    notes: list[str] = field(default_factory=list)
+    target: str = "cuda"
+
+    def summary(self) -> str:
+        return self.coverage("have a CUDA kernel")
+
+    def gaps(self) -> dict[str, int]:
+        """op → number of layers without a CUDA kernel."""
+        return dict(Counter(v.op for v in self.layers if not v.supported))
+
+
+def _check_node(node: Node) -> tuple[str | None, TargetRefusal | None]:
+    # no layer type: the CUDA backend binds ONNX ops themselves (the DLA maps them onto
+    # TensorRT layer types)
+    return None, layer_refusal(node)
+
+
+def check_cuda_graph(graph: Graph) -> CudaReport:
+    return CudaReport(layer_verdicts(graph, _check_node, runs_on="GPU", otherwise="none"))
+
+
+def check_cuda_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
+                     shapes: Mapping[str, Sequence[int]] | None = None,
+                     input_values: Mapping[str, np.ndarray] | None = None) -> CudaReport:
+    """Every layer of ``model``, imported as the DLA check imports it (constants, shapes,
+    batch norms and pads folded; no fusion), against the CUDA backend's kernels and their
+    tensor types. Needs no GPU."""
+    from pydla.dla import dla_graph
+
+    return check_cuda_graph(dla_graph(model, shapes, input_values))

@@ -1,0 +1,149 @@
+"""The CUDA backend's op coverage, known without a GPU: ``CUDA_OPS`` against the kernel
+sources (parsed, not imported: no CuPy here), every CPU op either there or given a reason,
+and ``pydla check --target=cuda`` on small models (types, gaps, JSON, --strict)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pydla.backends.cuda.coverage import (
+    CPU_ONLY,
+    CUDA_OPS,
+    check_cuda_model,
+    registered_ops,
+)
+from pydla.tools.cli import main
+
+
+def _cpu_ops() -> set[str]:
+    import pydla.backends.cpu.kernels  # noqa: F401  (registers every CPU kernel)
+    from pydla.backends.cpu.registry import KERNELS
+
+    return set(KERNELS)
+
+
+def test_every_cpu_op_has_a_cuda_kernel_or_a_written_reason() -> None:
+    cpu = _cpu_ops()
+    missing = sorted(cpu - CUDA_OPS - set(CPU_ONLY))
+    assert not missing, f"CPU ops with neither a CUDA kernel nor a CPU_ONLY reason: {missing}"
+    assert not set(CPU_ONLY) & CUDA_OPS, "an op both has a CUDA kernel and a reason not to"
+    stale = sorted(set(CPU_ONLY) - cpu)
+    assert not stale, f"CPU_ONLY names ops the CPU backend does not run: {stale}"
+    assert all(len(why) > 10 for why in CPU_ONLY.values())
+
+
+def test_cuda_ops_are_what_the_kernel_sources_register() -> None:
+    found = registered_ops()
+    assert set(found) == CUDA_OPS, (
+        f"registered but not in CUDA_OPS: {sorted(set(found) - CUDA_OPS)}; "
+        f"in CUDA_OPS but not registered: {sorted(CUDA_OPS - set(found))}")
+    assert found["Conv"] == "conv.py" and found["ReduceLogSumExp"] == "reduce.py"
+
+
+def test_the_source_parser_sees_every_form_of_registration(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(
+        "from pydla.ops import POINTWISE\n"
+        "_TABLE = {'Foo': (f'{1}',), 'Bar': ()}\n"
+        "@kernel('One', 'Two')\ndef f(): pass\n"
+        "@kernel(*_TABLE, 'Baz')\ndef g(): pass\n"
+        "kernel(*sorted(op for op in POINTWISE if op != 'Relu'))(f)\n")
+    found = registered_ops(tmp_path)
+    from pydla.ops import POINTWISE
+
+    assert set(found) == {"One", "Two", "Foo", "Bar", "Baz"} | (POINTWISE - {"Relu"})
+    (tmp_path / "b.py").write_text("@kernel('One')\ndef h(): pass\n")
+    with pytest.raises(ValueError, match="One registered in a.py and b.py"):
+        registered_ops(tmp_path)
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list | None = None,
+           opset: int = 18) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits or [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name: str, dtype: int, shape: list[int] | None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _mixed() -> onnx.ModelProto:
+    """A float conv (runs), an int64 Gather (types), a Pad (no kernel), a float Gather with
+    int64 run-time indices (runs)."""
+    w = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Pad", ["c", "pads"], ["p"], name="pad", mode="reflect"),
+             helper.make_node("Gather", ["ids", "idx"], ["g"], name="gather_int", axis=0),
+             helper.make_node("Gather", ["p", "idx"], ["gf"], name="gather_float", axis=1)]
+    return _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 2, 8, 8]),
+                          _vi("ids", TensorProto.INT64, [10]),
+                          _vi("idx", TensorProto.INT64, [3])],
+                  [_vi("p", TensorProto.FLOAT, None), _vi("g", TensorProto.INT64, None),
+                   _vi("gf", TensorProto.FLOAT, None)], [w, pads])
+
+
+def test_check_names_each_gap_with_its_reason() -> None:
+    report = check_cuda_model(_mixed())
+    by_name = {v.name: v for v in report.layers}
+    assert by_name["conv"].supported and by_name["conv"].device == "GPU"
+    assert by_name["gather_float"].supported
+    pad = by_name["pad"]
+    assert not pad.supported and pad.device == "none" and pad.refusal is not None
+    assert pad.refusal.rule == "cuda.kernel" and "no CUDA kernel for Pad" in pad.refusal.reason
+    gather = by_name["gather_int"]
+    assert not gather.supported and gather.refusal is not None
+    assert gather.refusal.rule == "cuda.types" and "int64" in gather.refusal.reason
+    assert report.gaps() == {"Pad": 1, "Gather": 1}
+    conv_flops = 2 * 4 * 8 * 8 * 2 * 3 * 3
+    total = sum(v.flops for v in report.layers)
+    assert report.flops_fraction == pytest.approx(
+        (conv_flops + by_name["gather_float"].flops) / total)
+    assert report.summary().startswith("2 of 4 layers, ")
+    assert report.summary().endswith("% of the FLOPs, have a CUDA kernel")
+
+
+def test_reshape_of_integers_runs_as_a_memcpy_unless_rank_4() -> None:
+    shape = numpy_helper.from_array(np.array([2, 5], np.int64), "shape")
+    nodes = [helper.make_node("Reshape", ["ids", "shape"], ["r"], name="flat")]
+    ok = _model(nodes, [_vi("ids", TensorProto.INT64, [10])],
+                [_vi("r", TensorProto.INT64, None)], [shape])
+    assert check_cuda_model(ok).layers[0].supported
+    shape4 = numpy_helper.from_array(np.array([1, 1, 2, 5], np.int64), "shape")
+    bad = _model(nodes, [_vi("ids", TensorProto.INT64, [10])],
+                 [_vi("r", TensorProto.INT64, None)], [shape4])
+    v = check_cuda_model(bad).layers[0]
+    assert not v.supported and v.refusal is not None and v.refusal.rule == "cuda.types"
+
+
+def test_cli_json_schema_and_strict(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_mixed(), path)
+    out = tmp_path / "r.json"
+    assert main(["check", "--target=cuda", str(path), "--json", str(out)]) == 0
+    assert main(["check", "--target=cuda", str(path), "--strict"]) == 1
+    text = capsys.readouterr().out
+    assert "Layer pad (Pad): none: no CUDA kernel for Pad" in text
+    assert "have a CUDA kernel" in text
+    data = json.loads(out.read_text())
+    assert data["target"] == "cuda" and data["total_layers"] == 4
+    assert data["supported_layers"] == 2
+    layer = data["layers"][0]
+    # the DLA check's per-layer schema (docs/dla.md), device "GPU"/"none"
+    assert set(layer) == {"name", "op", "supported", "device", "reason", "rule", "layer_type",
+                          "onnx_nodes", "flops", "segment"}
+    assert {v["device"] for v in data["layers"]} == {"GPU", "none"}
+
+
+def test_cli_strict_passes_a_model_the_gpu_runs(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"]),
+             helper.make_node("GlobalAveragePool", ["y"], ["z"])]
+    path = tmp_path / "ok.onnx"
+    onnx.save(_model(nodes, [_vi("x", TensorProto.FLOAT16, [1, 3, 4, 4])],
+                     [_vi("z", TensorProto.FLOAT16, None)]), path)
+    assert main(["check", "--target=cuda", str(path), "--strict"]) == 0
