@@ -1,5 +1,6 @@
 """LSTM in one numba function (tactic ``fused_gates``): the common configuration — default
-activations, no peepholes, clip or sequence lengths, sequence-first layout.
+activations, no clip, sequence lengths or input_forget, sequence-first layout, with or without
+peepholes.
 
 1. The input projections of every step and both directions are one GEMM,
    X (T·B × I) · Wᵀ (I × D·4H): the conv kernels' micro-kernel over Wᵀ packed once at
@@ -9,8 +10,9 @@ activations, no peepholes, clip or sequence lengths, sequence-first layout.
 2. The directions run concurrently (one thread each): per step h·Rᵀ (B × 4H) — fast_gemv's
    loop over a prepared Rᵀ for a batch of a few rows, the micro-kernel over Rᵀ packed once
    (h staged into a whole panel) up to AXPY_BATCH, ``sgemm`` beyond — then one loop
-   over B × H applying both biases, the gates (i, o, f, c in ONNX's order) and the state
-   update, writing h straight into Y, whose slice is the next step's h operand.
+   over B × H applying both biases, the peepholes where given, the gates (i, o, f, c in
+   ONNX's order) and the state update, writing h straight into Y, whose slice is the next
+   step's h operand.
 
 The input product and the recurrent product are fast_recurrent's, shared with fast_gru.
 """
@@ -41,17 +43,38 @@ from pydla.backends.cpu.workspace import aligned_zeros
 Thunk = Callable[[], None]
 
 _DEFAULT = ["sigmoid", "tanh", "tanh"]
-# geo layout: [T, B, I, H, D, reverse of direction 0]
+# geo layout: [T, B, I, H, D, reverse of direction 0, peepholes given]
+
+
+@njit(inline="always", cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
+def _peephole_gates(g: np.ndarray, gb: int, rh: np.ndarray, rb: int, bd: np.ndarray,
+                    pd: np.ndarray, c: np.ndarray, cb: int, y: np.ndarray, yb: int,
+                    hidden: int) -> None:
+    """One batch row's gates and state update with peepholes (ONNX: i and f see the
+    previous cell state through Pi and Pf, o the new one through Po). A loop of its own,
+    so the loop without peepholes stays as it was."""
+    for j in range(hidden):
+        prev = c[np.uint64(cb + j)]
+        gi = g[np.uint64(gb + j)] + rh[np.uint64(rb + j)] + bd[j] + pd[j] * prev
+        go = g[np.uint64(gb + hidden + j)] + rh[np.uint64(rb + hidden + j)] + bd[hidden + j]
+        gf = g[np.uint64(gb + 2 * hidden + j)] + rh[np.uint64(rb + 2 * hidden + j)] \
+            + bd[2 * hidden + j] + pd[2 * hidden + j] * prev
+        gc = g[np.uint64(gb + 3 * hidden + j)] + rh[np.uint64(rb + 3 * hidden + j)] \
+            + bd[3 * hidden + j]
+        cell = sigmoid32(gf) * prev + sigmoid32(gi) * tanh32(gc)
+        c[np.uint64(cb + j)] = cell
+        y[np.uint64(yb + j)] = sigmoid32(go + pd[hidden + j] * cell) * tanh32(cell)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
 def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.ndarray,
                bsum: np.ndarray, h0: np.ndarray, g: np.ndarray, rh: np.ndarray, c: np.ndarray,
-               y: np.ndarray, yh: np.ndarray, yc: np.ndarray, geo: np.ndarray) -> None:
+               y: np.ndarray, yh: np.ndarray, yc: np.ndarray, p: np.ndarray,
+               geo: np.ndarray) -> None:
     """One direction's steps (a fork task: thread d takes direction d). rt
     (D, H, 4H) Rᵀ; rp (D, packed Rᵀ), hs (D, h's B rows padded with zeros to whole panels
     of MR, × H) and edge (≥ D, MR·NR): the micro-kernel's operands, used for a batch from
-    PANEL_BATCH to AXPY_BATCH."""
+    PANEL_BATCH to AXPY_BATCH. p (D, 3H): the peepholes (i, o, f), read when geo[6] is set."""
     steps, batch, hidden, dirs = geo[0], geo[1], geo[3], geo[4]
     four = 4 * hidden
     width = dirs * four
@@ -60,6 +83,8 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
     rt_at = d * hidden * four
     rh_at = d * batch * four
     bd = bsum[d]
+    pd = p[d]
+    peephole = geo[6] != 0
     t = 0
     prev = -1  # the step whose h (in Y) feeds this one; -1: the initial state
     for s in range(steps):
@@ -74,6 +99,9 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
             rb = rh_at + b * four
             cb = d * state + b * hidden
             yb = ((t * dirs + d) * batch + b) * hidden
+            if peephole:
+                _peephole_gates(g, gb, rh, rb, bd, pd, c, cb, y, yb, hidden)
+                continue
             for j in range(hidden):
                 gi = g[np.uint64(gb + j)] + rh[np.uint64(rb + j)] + bd[j]
                 go = g[np.uint64(gb + hidden + j)] + rh[np.uint64(rb + hidden + j)] \
@@ -93,7 +121,9 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
 
 
 def _applies(spec: LayerSpec) -> bool:
-    return applies(spec, _DEFAULT, layouts=(0,), absent=(4, 7))
+    # input_forget couples f to i (f = 1 - i): the reference kernel's.
+    return applies(spec, _DEFAULT, layouts=(0,), absent=(4,)) \
+        and not int(spec.attrs.get("input_forget", 0))
 
 
 def bind_fused_gates(spec: LayerSpec) -> RunFn:
@@ -103,8 +133,9 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
     hidden = int(spec.attrs["hidden_size"])
     dirs = 2 if spec.attrs["direction"] == "bidirectional" else 1
     nthreads = threads.configure()
+    peephole = len(spec.inputs) > 7 and spec.inputs[7] is not None
     geo = np.array([steps, batch, size, hidden, dirs,
-                    int(spec.attrs["direction"] == "reverse")], np.int64)
+                    int(spec.attrs["direction"] == "reverse"), int(peephole)], np.int64)
     gates = dirs * 4 * hidden
     n_out = len(spec.outputs)
 
@@ -115,6 +146,8 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
         h0 = ins[5] if len(ins) > 5 and ins[5] is not None else np.zeros((dirs, batch, hidden),
                                                                          np.float32)
         c0 = ins[6] if len(ins) > 6 else None
+        p = ins[7] if peephole else None
+        pbuf = np.zeros((dirs, 3 * hidden), np.float32)
         proj = InputProjection(steps * batch, size, gates, nthreads)
         g = proj.g
         rh = np.empty((dirs, batch, 4 * hidden), np.float32)
@@ -136,9 +169,11 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                     pack_b(rt[d].reshape(-1), four, hidden, four, rp[d])
             if b is not None:
                 np.add(b[:, :four], b[:, four:], out=bsum)
+            if p is not None:
+                np.copyto(pbuf, p)
             proj.pack(w)
 
-        constant = constant_weights(w, r, b)
+        constant = constant_weights(w, r, b, p)
         if constant:
             prepare()
         # The input product (on every thread where it pays), then the directions, one per
@@ -148,7 +183,7 @@ def bind_fused_gates(spec: LayerSpec) -> RunFn:
                     fork_call(_direction, int(geo[4]), rt.reshape(-1), rp, hs, edge, bsum,
                                  np.ascontiguousarray(h0).reshape(-1), g.reshape(-1),
                                  rh.reshape(-1), c.reshape(-1), outs[0].reshape(-1),
-                                 yh.reshape(-1), yc.reshape(-1), geo))
+                                 yh.reshape(-1), yc.reshape(-1), pbuf, geo))
 
         def step() -> None:
             if not constant:
