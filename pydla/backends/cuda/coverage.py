@@ -115,6 +115,8 @@ def _type_refusal(node: Node) -> str | None:
         if not idx.is_const and idx.dtype not in _INDEX_TYPES:
             return f"indices {idx.name} are {idx.dtype.name.lower()}, not int32/int64"
         inputs = inputs[:1]
+    if node.op == "LSTM" and node.attrs.get("quantize_hidden"):
+        return "quantize_hidden (DynamicQuantizeLSTM's uint8 round trip of h) runs on the CPU"
     if node.op == "LSTM" and len(inputs) > 4 and inputs[4] is not None:
         if not inputs[4].is_const:
             return "sequence_lens computed at run time: the CUDA LSTM runs full-length " \
