@@ -11,6 +11,7 @@ from pydla.tools.buildflags import add_build_flags, engine_bytes
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
 from pydla.tools.logs import LOG
+from pydla.tools.trex import add_layer_info_flags, write_layer_info
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     p.add_argument("--dumpProfile", action="store_true", help="print the per-layer profile")
     p.add_argument("--exportProfile", help="write the per-layer profile (JSON) to this file")
+    add_layer_info_flags(p)
     p.add_argument("--exportTimes", help="write every timed query's times (JSON) to this file")
     p.add_argument("--exportOutput", help="write the last outputs to this file: .npz keyed "
                    "by tensor name, or .json in trtexec's layout (name, dimensions, values)")
@@ -127,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
             info(line)
     _write_json(args.exportProfile, profile)
     _write_json(args.exportTimes, rep.times_json(result, origin))
+    if args.exportLayerInfo:  # with --exportProfile: the two files TREx loads
+        write_layer_info(args.exportLayerInfo, prog, args.profilingVerbosity)
+        LOG.info(f"wrote {args.exportLayerInfo}")
     if args.exportOutput:
         dtypes = [prog.tensors[io.tensor].dtype for io in prog.outputs]
         size = export_outputs(args.exportOutput, module.output_names, runners[0].outputs(),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 
 from pydla.tools.buildflags import add_build_flags, build_options
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import parse_mem_pools
 from pydla.tools.logs import LOG
+from pydla.tools.trex import add_layer_info_flags, write_layer_info
 
 HARMLESS = ("--skipInference", "--noDataTransfers")
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "dlaGlobalDRAM) are recorded in the loadable and mean nothing on the CPU")
     p.add_argument("--verbose", action="store_true",
                    help="log every build decision (each fusion with the ONNX nodes it consumed)")
-    p.add_argument("--exportLayerInfo", help="write layer information (JSON) to this file")
+    add_layer_info_flags(p)
     p.add_argument("--dumpLayerInfo", action="store_true", help="print layer information")
     for flag in HARMLESS:
         p.add_argument(flag, action="store_true", help="accepted; no effect in pydla")
@@ -68,13 +68,10 @@ def run(args: argparse.Namespace) -> int:
         f.write(data)
     LOG.info(f"built {args.onnx} -> {args.saveEngine} ({len(data):,} bytes) in "
           f"{time.perf_counter() - start:.2f} s")
-    if args.exportLayerInfo or args.dumpLayerInfo:
-        info = layer_info(read_loadable(data))
-        if args.exportLayerInfo:
-            with open(args.exportLayerInfo, "w") as f:
-                json.dump(info, f, indent=1)
-        if args.dumpLayerInfo:
-            LOG.info(format_layer_info(info))
+    if args.exportLayerInfo:
+        write_layer_info(args.exportLayerInfo, read_loadable(data), args.profilingVerbosity)
+    if args.dumpLayerInfo:
+        LOG.info(format_layer_info(layer_info(read_loadable(data))))
     return 0
 
 
