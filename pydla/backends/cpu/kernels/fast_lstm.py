@@ -121,9 +121,11 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
 
 
 def _applies(spec: LayerSpec) -> bool:
-    # input_forget couples f to i (f = 1 - i): the reference kernel's.
+    # input_forget couples f to i (f = 1 - i) and quantize_hidden rounds h through uint8
+    # before the recurrent product: the reference kernel's.
     return applies(spec, _DEFAULT, layouts=(0,), absent=(4,)) \
-        and not int(spec.attrs.get("input_forget", 0))
+        and not int(spec.attrs.get("input_forget", 0)) \
+        and not int(spec.attrs.get("quantize_hidden", 0))
 
 
 def bind_fused_gates(spec: LayerSpec) -> RunFn:

@@ -5,6 +5,9 @@ the recurrent part (h @ Rᵀ and the gates) runs step by step. A reverse directi
 forward over each sequence reversed within its own length, and is reversed back. Steps
 past a sequence's length keep the state and output zeros, and an empty sequence ends with
 zero states, as in onnxruntime.
+
+An LSTM with ``quantize_hidden`` (onnxruntime's DynamicQuantizeLSTM) feeds each step's h to
+the recurrent product through a dynamic uint8 round trip, as onnxruntime's integer GEMM.
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ def _clipper(clip: float | None) -> Activation:
     if clip is None:
         return lambda x: x
     return lambda x: np.clip(x, -clip, clip)
+
+
+def dynamic_uint8_round_trip(a: np.ndarray) -> np.ndarray:
+    """``a`` quantized as DynamicQuantizeLinear does (per tensor, uint8, the range widened
+    to hold 0, round half to even) and dequantized: what onnxruntime's dynamically
+    quantized GEMMs multiply instead of the float operand."""
+    lo = np.float32(min(np.float32(a.min()), np.float32(0)))
+    hi = np.float32(max(np.float32(a.max()), np.float32(0)))
+    scale = np.float32((hi - lo) / np.float32(255)) if hi != lo else np.float32(1)
+    zero = np.clip(np.rint(np.float32(0) - lo / scale), 0, 255)
+    q = np.clip(np.rint(a / scale) + zero, 0, 255)
+    return ((q - zero) * scale).astype(a.dtype)
 
 
 class _Cell(ABC):
@@ -118,12 +133,13 @@ class _LSTM(_Cell):
         # Peepholes are ordered i, o, f.
         self.p = None if p is None else (p[:n], p[n:2 * n], p[2 * n:])
         self.couple = bool(self.attrs["input_forget"])
+        self.quantize_hidden = bool(self.attrs.get("quantize_hidden", 0))
 
     def step(self, g: np.ndarray, h: np.ndarray, c: np.ndarray | None
              ) -> tuple[np.ndarray, np.ndarray | None]:
         f, act_g, act_h = self.acts
         n = self.n
-        g = g + h @ self.rt
+        g = g + (dynamic_uint8_round_trip(h) if self.quantize_hidden else h) @ self.rt
         gi, go, gf, gc = g[:, :n], g[:, n:2 * n], g[:, 2 * n:3 * n], g[:, 3 * n:]
         if self.p is not None:
             gi = gi + self.p[0] * c

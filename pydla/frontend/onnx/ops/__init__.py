@@ -4,6 +4,7 @@ from pydla.frontend.onnx.ops import (  # noqa: F401
     attention,
     control,
     conv,
+    dynamic_quantize_lstm,
     elementwise,
     indexing,
     logic,

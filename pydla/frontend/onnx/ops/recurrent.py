@@ -5,7 +5,8 @@ order). The canonical attributes are complete: ``direction``, ``hidden_size``, `
 ``clip`` (None when absent), ``activations`` (lower-case, one list per direction, so
 ``2 × gates`` names when bidirectional), with ``activation_alpha``/``activation_beta``
 aligned one-to-one with them (defaults filled in), plus ``input_forget`` (LSTM) and
-``linear_before_reset`` (GRU).
+``linear_before_reset`` (GRU); ``quantize_hidden`` 1 only where an importer asks for it
+(com.microsoft DynamicQuantizeLSTM: each step's h passes a dynamic uint8 round trip).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def _check_shape(ctx: ImportContext, v: Value | None, what: str, want: tuple[int
 
 
 @onnx_op("LSTM", "GRU", "RNN", since=7)
-def import_recurrent(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+def import_recurrent(ctx: ImportContext, node: OnnxNode,
+                     quantize_hidden: bool = False) -> list[Value]:
     op = node.op_type
     x, w, r = node.inputs[0], node.input(1), node.input(2)
     assert x is not None
@@ -95,6 +97,8 @@ def import_recurrent(ctx: ImportContext, node: OnnxNode) -> list[Value]:
              "clip": None if clip is None else float(clip)}
     if op == "LSTM":
         attrs["input_forget"] = int(a.get("input_forget", 0))
+        if quantize_hidden:
+            attrs["quantize_hidden"] = 1
     if op == "GRU":
         attrs["linear_before_reset"] = int(a.get("linear_before_reset", 0))
     y_shape = (batch, seq, dirs, hidden) if layout else (seq, dirs, batch, hidden)
