@@ -78,6 +78,9 @@ class BuildOptions:
     # and is refused by another (docs/cuda.md).
     target: str = "cpu"
     cuda_arch: str | None = None
+    # --noTF32: float32 layers compute in strict FP32 on a GPU (no TF32 tensor-core engines
+    # in cuDNN); TF32 is allowed by default, as in TensorRT. Nothing changes on the CPU.
+    no_tf32: bool = False
     # The most memory the build may use (bytes; --buildMemoryLimit). None: the larger of
     # MEMORY_SHARE of this machine's memory and --memPoolSize=workspace (docs/builder.md).
     memory_limit: int | None = None
@@ -211,6 +214,8 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
         raise BuildError(f"unknown target {options.target!r}; pydla builds for 'cpu' or 'cuda'")
     build_info = {"opset": graph.opset, "opt_level": options.opt_level,
                   "shapes": {k: list(v) for k, v in options.shapes.items()}, **ctx.records}
+    if options.no_tf32:  # read by the CUDA backend when it builds cuDNN plans
+        build_info["no_tf32"] = True
     if dla is not None:
         build_info["dla"] = dla_build.record(dla, graph, options.dla_core,
                                              options.dla_standalone, options.gpu_fallback)

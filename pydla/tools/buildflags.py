@@ -15,6 +15,7 @@ from pydla.tools.flags import (
     parse_shapes,
     parse_size,
 )
+from pydla.tools.logs import LOG
 
 if TYPE_CHECKING:  # the builder imports onnx, which the runtime-only commands never need
     from pydla.builder import BuildOptions
@@ -35,6 +36,14 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
                    "precision policy allows runs in fp16 only where timed faster than fp32 "
                    "(TensorRT's weak typing; docs/builder.md)")
     g.add_argument("--bf16", action="store_true", help="allow bf16 layers, as --fp16")
+    g.add_argument("--best", action="store_true", help="enable every precision and let the "
+                   "builder choose per layer: fp16 and bf16 as --fp16 --bf16; INT8 as --int8 "
+                   "when calibration is given (--calibData, --data-loader-script, --calib), "
+                   "else left out with a warning (trtexec's placeholder scales would give "
+                   "wrong answers)")
+    g.add_argument("--noTF32", action="store_true", help="float32 layers compute in strict "
+                   "FP32 on a GPU (cuDNN without TF32 tensor cores; --target=cuda); recorded "
+                   "in the loadable, no effect on the CPU, which has no TF32")
     g.add_argument("--stronglyTyped", action="store_true", help="every layer in the "
                    "network's own types (excludes --fp16/--bf16/--autocast)")
     g.add_argument("--autocast", choices=("fp16", "bf16"),
@@ -78,6 +87,7 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
     from pydla.plan.precision import load_calibration
 
     shapes, values = parse_shapes(args.shapes)
+    int8, allowed = best_precisions(args)
     return BuildOptions(
         shapes=shapes, input_values=values,
         input_formats=parse_io_formats(args.inputIOFormats, "--inputIOFormats"),
@@ -85,21 +95,53 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
         opt_level=args.builderOptimizationLevel, verbose=verbose, log=log,
         timing_cache=args.timingCacheFile, progress=progress,
         autocast=DType.from_name(args.autocast) if args.autocast else None,
-        allow=tuple(t for t, on in ((DType.FLOAT16, getattr(args, "fp16", False)),
-                                    (DType.BFLOAT16, getattr(args, "bf16", False))) if on),
-        strongly_typed=getattr(args, "stronglyTyped", False),
+        allow=allowed, strongly_typed=getattr(args, "stronglyTyped", False),
         layer_precisions=parse_layer_precisions(args.layerPrecisions),
         calibration=load_calibration(args.calibrationInputs) if args.calibrationInputs else (),
-        target=getattr(args, "target", "cpu"), int8=int8_options(args),
+        target=getattr(args, "target", "cpu"), int8=int8,
+        no_tf32=getattr(args, "noTF32", False),
         memory_limit=(parse_size(args.buildMemoryLimit, "--buildMemoryLimit")
                       if args.buildMemoryLimit else None))
 
 
-def int8_options(args: argparse.Namespace) -> Int8Options | None:
-    """Int8Options from the INT8 flags; None without --int8 (where they are refused)."""
+def best_precisions(args: argparse.Namespace
+                    ) -> tuple[Int8Options | None, tuple[DType, ...]]:
+    """(INT8 options, allowed reduced types) from --int8/--fp16/--bf16 and --best.
+
+    --best is trtexec's "all precisions": with calibration it is --int8 (the INT8 policy
+    picks int8 or float32 per layer: pydla's builder does not mix INT8 with fp16/bf16 weak
+    typing, so the layers INT8 does not take stay float32); without calibration trtexec uses
+    placeholder scales, whose int8 results are wrong, so pydla leaves INT8 out, says so, and
+    builds as --fp16 --bf16 (each region timed in fp32, fp16 and bf16)."""
+    fp16, bf16 = getattr(args, "fp16", False), getattr(args, "bf16", False)
+    best = getattr(args, "best", False)
+    if best and getattr(args, "stronglyTyped", False):
+        raise FlagError("--best lets the builder choose each layer's precision; "
+                        "--stronglyTyped keeps the network's own types: give one of them")
+    if best and getattr(args, "autocast", None):
+        raise FlagError("--best lets the builder choose each layer's precision; --autocast "
+                        "converts the network: give one of them")
+    calibrated = any(getattr(args, key, None) for key in ("calibData", "data_loader_script",
+                                                         "calib"))
+    if best and calibrated:
+        LOG.info("--best: INT8 from the calibration given; layers INT8 does not take stay "
+                 "fp32 (pydla does not mix INT8 with fp16/bf16)")
+        return int8_options(args, force=True), ()
+    if best and not getattr(args, "int8", False):
+        LOG.warning("--best: no calibration data (--calibData, --data-loader-script or "
+                    "--calib), so INT8 is left out rather than run with placeholder scales; "
+                    "layers may run fp16 or bf16 where timed faster than fp32")
+        fp16 = bf16 = True
+    allowed = tuple(t for t, on in ((DType.FLOAT16, fp16), (DType.BFLOAT16, bf16)) if on)
+    return int8_options(args), allowed
+
+
+def int8_options(args: argparse.Namespace, force: bool = False) -> Int8Options | None:
+    """Int8Options from the INT8 flags; None without --int8 (where they are refused) unless
+    ``force`` (--best with calibration)."""
     from pydla.quantization import Int8Options
 
-    if not getattr(args, "int8", False):
+    if not (force or getattr(args, "int8", False)):
         given = [f for f, key in (("--calibData", "calibData"), ("--calib", "calib"),
                                   ("--data-loader-script", "data_loader_script"))
                  if getattr(args, key, None)]

@@ -167,6 +167,10 @@ def conv_graph(ctx: BindContext, x: Placement, w_ptr: int, w_dims: Sequence[int]
     g.validate()
     g.build_operation_graph()
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    if out.dtype is DType.FLOAT32 and ctx.program.build.get("no_tf32"):
+        # --noTF32: cuDNN's tensor-core engines run float32 data as TF32 (10-bit mantissa);
+        # without them the convolution computes in strict FP32.
+        g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
     g.check_support()
     g.build_plans()
     ctx.need_workspace(int(g.get_workspace_size()))
