@@ -200,20 +200,21 @@ def pick(timings: dict[str, float]) -> str:
     return best
 
 
-def _precompile(graph: Graph, cache: TimingCache | None, cold: bool) -> None:
+def precompile_specs(layers: Sequence[tuple[LayerSpec, Sequence[bool]]],
+                     cache: TimingCache | None, cold: bool) -> None:
     """Compile, in parallel workers, one layer of each tactic this process has not bound
-    yet and whose timing is missing (pydla.plan.precompile)."""
+    yet and whose timing is missing (pydla.plan.precompile); ``layers`` pairs each spec
+    with which of its inputs are constants."""
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
-    for node in graph.nodes:
-        spec = layer_spec(node)
+    for spec, constant in layers:
         key = layer_key(spec) + (":cold" if cold else "")
         known = cache.entries.get(key, {}) if cache is not None else {}
         for t in candidate_tactics(spec):
-            if t.name in known or precompile.seen(node.op, t.name) or (node.op, t.name) in jobs:
+            if t.name in known or precompile.seen(spec.op, t.name) or (spec.op, t.name) in jobs:
                 continue
-            jobs[(node.op, t.name)] = precompile.encode(
+            jobs[(spec.op, t.name)] = precompile.encode(
                 LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, t.name),
-                [v is not None and v.is_const for v in node.inputs], t.bind.__module__)
+                constant, t.bind.__module__)
     precompile.compile_in_workers(list(jobs.values()))
 
 
@@ -248,6 +249,9 @@ class LayerTimer:
         self.cache = cache
         self.cold = cold
         self.rng = np.random.default_rng(0)
+
+    def precompile(self, layers: Sequence[tuple[LayerSpec, Sequence[bool]]]) -> None:
+        precompile_specs(layers, self.cache, self.cold)
 
     def timings(self, spec: LayerSpec, consts: Sequence[np.ndarray | None]
                 ) -> dict[str, float]:
@@ -306,7 +310,8 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
     """Set ``node.tactic`` for every layer."""
     timer = timer_for(graph, cache)
     if autotune:
-        _precompile(graph, cache, timer.cold)
+        timer.precompile([(layer_spec(n), [v is not None and v.is_const for v in n.inputs])
+                          for n in graph.nodes])
     for i, node in enumerate(graph.nodes):
         if progress is not None:
             progress(i, len(graph.nodes))

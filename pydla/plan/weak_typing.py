@@ -48,7 +48,13 @@ class WeakTyping:
                 if v is not None:
                     consumers.setdefault(id(v), []).append(n)
         outputs = {id(v): v.dtype for v in graph.outputs}
-        for region in _regions(graph, plan, fixed, producer):
+        regions = _regions(graph, plan, fixed, producer)
+        # The reduced-precision kernels compile in parallel workers first, as tactic
+        # choice does for the final layers.
+        self.timer.precompile([(_spec_in(n, q)[0], [v is not None and v.is_const
+                                                    for v in n.inputs])
+                               for region in regions for n in region for q in self.allowed])
+        for region in regions:
             costs = {q: self._cost(region, q, plan, producer, consumers, outputs)
                      for q in (DType.FLOAT32, *self.allowed)}
             fp32 = costs[DType.FLOAT32]
