@@ -10,7 +10,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from pydla.errors import ModelImportError, NotConstantError
-from tests.oracle import assert_close, run_ort, run_pydla
+from tests.ops.test_fast_kernels import check_model
+from tests.oracle import run_pydla
 
 RNG = np.random.default_rng(11)
 T, B, I = 7, 2, 5
@@ -63,7 +64,9 @@ def test_dynamic_quantize_lstm_matches_onnxruntime(hidden, direction, wtype, per
                                                    extras):
     model = _model(hidden, direction, wtype, per_channel, extras)
     feeds = {"x": RNG.normal(0, 1, (T, B, I)).astype(np.float32)}
-    assert_close(run_pydla(model, feeds), run_ort(model, feeds), rtol=1e-5, atol=2e-6)
+    module = check_model(model, feeds, {"LSTM": "reference"}, rtol=1e-5, atol=2e-6)
+    layer = next(la for la in module.program.layers if la.op == "LSTM")
+    assert layer.attrs["quantize_hidden"] == 1
 
 
 def test_weights_must_be_constant_and_fit():

