@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--verbose", action="store_true", help="list every layer, not only refusals")
     p.add_argument("--strict", action="store_true",
                    help="exit 1 when any layer cannot run on the target")
+    p.add_argument("--as-built", action="store_true",
+                   help="--target=cuda: check the layers a cuda build makes (pointwise chains "
+                   "fused into programs and epilogues) instead of the ONNX nodes")
     p.set_defaults(func=run, target=None)
 
 
@@ -76,13 +79,17 @@ def run(args: argparse.Namespace) -> int:
                          "--target=cuda (pydla's CUDA backend)")
     path, shapes, values = model_flags(args)
     report: LayerReport
+    if args.as_built and args.target != "cuda":
+        raise BuildError("--as-built applies to --target=cuda; the DLA check takes the "
+                         "layers before fusion, as TensorRT does")
     if args.target == "cuda":
         from pydla.backends.cuda.coverage import check_cuda_model
 
         if args.adjust:
             raise BuildError("--adjust rewrites layers for the DLA; it does not apply to "
                              "--target=cuda")
-        report = check_cuda_model(path, shapes=shapes, input_values=values)
+        report = check_cuda_model(path, shapes=shapes, input_values=values,
+                                  built=args.as_built)
     else:
         from pydla.dla import check_model
 

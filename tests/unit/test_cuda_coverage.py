@@ -147,3 +147,27 @@ def test_cli_strict_passes_a_model_the_gpu_runs(tmp_path: Path) -> None:
     onnx.save(_model(nodes, [_vi("x", TensorProto.FLOAT16, [1, 3, 4, 4])],
                      [_vi("z", TensorProto.FLOAT16, None)]), path)
     assert main(["check", "--target=cuda", str(path), "--strict"]) == 0
+
+
+def test_as_built_checks_fused_programs(tmp_path: Path) -> None:
+    """The builder fuses Relu, Less, Not and Where into the Conv's epilogue: refused by the
+    bool step, where the ONNX-node check names Less, Not and Where; Conv + Relu runs."""
+    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
+    zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Less", ["r", "zero"], ["neg"], name="less"),
+             helper.make_node("Not", ["neg"], ["pos"], name="not"),
+             helper.make_node("Where", ["pos", "r", "zero"], ["y"], name="where")]
+    x = _vi("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    model = _model(nodes, [x], [_vi("y", TensorProto.FLOAT, None)], [w, zero])
+    assert set(check_cuda_model(model).gaps()) == {"Less", "Not", "Where"}
+    refused = [v for v in check_cuda_model(model, built=True).layers if not v.supported]
+    assert len(refused) == 1 and refused[0].refusal is not None, refused
+    assert "(Less) of the fused program" in refused[0].refusal.reason
+    assert "bool" in refused[0].refusal.reason
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert main(["check", "--target=cuda", str(path), "--as-built", "--strict"]) == 1
+    onnx.save(_model(nodes[:2], [x], [_vi("r", TensorProto.FLOAT, None)], [w]), path)
+    assert main(["check", "--target=cuda", str(path), "--as-built", "--strict"]) == 0

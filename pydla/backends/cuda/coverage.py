@@ -27,6 +27,7 @@ import onnx
 from pydla.dla.checker import LayerReport, LayerVerdict, TargetRefusal, layer_verdicts
 from pydla.dtypes import DType
 from pydla.ir import Graph, Node
+from pydla.ops import POINTWISE
 
 KERNEL_SOURCES = Path(__file__).parent / "kernels"
 
@@ -150,12 +151,38 @@ def _shape_refusal(node: Node) -> str | None:
     return None
 
 
+# what codegen.emit_program can compute: the ops with a single-step CUDA kernel
+_STEP_OPS = CUDA_OPS & (POINTWISE | {"Identity"})
+
+
+def _program_refusal(node: Node) -> TargetRefusal | None:
+    """A fused layer's pointwise program (a Pointwise layer's, or a Conv/Gemm/MatMul
+    epilogue, as the builder fuses them): the generated CUDA code computes each step in
+    float and has an expression only for ``_STEP_OPS``."""
+    program = node.attrs.get("program") if node.op == "Pointwise" else (
+        node.attrs.get("epilogue") or {}).get("program")
+    for i, step in enumerate(program or ()):
+        if step["op"] not in _STEP_OPS:
+            why = CPU_ONLY.get(step["op"], "no kernel")
+            return TargetRefusal("cuda.kernel", f"step {i} ({step['op']}) of the fused "
+                                 f"program has no CUDA code: {why}")
+        if DType.from_name(step["dtype"]) not in _FLOATS:
+            return TargetRefusal("cuda.types", f"step {i} ({step['op']}) of the fused "
+                                 f"program computes {step['dtype']}: {_FLOAT_ONLY}")
+    return None
+
+
 def layer_refusal(node: Node) -> TargetRefusal | None:
     """Why the CUDA backend cannot run ``node`` (None: it has a kernel for it); rules
-    ``cuda.kernel`` (no kernel for the op), ``cuda.types``, ``cuda.shape``."""
+    ``cuda.kernel`` (no kernel for the op, or for a step of its fused program),
+    ``cuda.types``, ``cuda.shape``. Takes the DLA check's layers (one per ONNX node) and
+    the builder's (fused) alike."""
     if node.op not in CUDA_OPS:
         why = CPU_ONLY.get(node.op, "no kernel, on the CPU either")
         return TargetRefusal("cuda.kernel", f"no CUDA kernel for {node.op}: {why}")
+    program = _program_refusal(node)
+    if program is not None:
+        return program
     why = _type_refusal(node)
     if why is not None:
         return TargetRefusal("cuda.types", why)
@@ -244,10 +271,18 @@ def check_cuda_graph(graph: Graph) -> CudaReport:
 
 def check_cuda_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                      shapes: Mapping[str, Sequence[int]] | None = None,
-                     input_values: Mapping[str, np.ndarray] | None = None) -> CudaReport:
-    """Every layer of ``model``, imported as the DLA check imports it (constants, shapes,
-    batch norms and pads folded; no fusion), against the CUDA backend's kernels and their
-    tensor types. Needs no GPU."""
-    from pydla.dla import dla_graph
+                     input_values: Mapping[str, np.ndarray] | None = None,
+                     built: bool = False) -> CudaReport:
+    """Every layer of ``model`` against the CUDA backend's kernels and their tensor types;
+    needs no GPU. The layers are the ONNX nodes as the DLA check imports them (constants,
+    shapes, batch norms and pads folded; no fusion), or with ``built`` the layers a
+    ``--target=cuda`` build lowers (pointwise chains fused into programs and epilogues)."""
+    if not built:
+        from pydla.dla import dla_graph
 
-    return check_cuda_graph(dla_graph(model, shapes, input_values))
+        return check_cuda_graph(dla_graph(model, shapes, input_values))
+    from pydla.builder import BuildOptions, build_graph, load_model
+
+    options = BuildOptions(target="cuda", shapes=dict(shapes or {}),
+                           input_values=dict(input_values or {}))
+    return check_cuda_graph(build_graph(load_model(model), options))
