@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.target == "cuda":
         from pydla.backends.cuda.coverage import check_cuda_model
 
-        if args.adjust:
-            raise BuildError("--adjust rewrites layers for the DLA; it does not apply to "
-                             "--target=cuda")
+        if args.adjust or args.precision == "int8":
+            raise BuildError("--adjust and --int8 are DLA check options; --target=cuda checks "
+                             "the model's own layers and tensor types")
         report = check_cuda_model(path, shapes=shapes, input_values=values,
                                   built=args.as_built)
     else:

@@ -127,6 +127,7 @@ def test_cli_json_schema_and_strict(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = tmp_path / "r.json"
     assert main(["check", "--target=cuda", str(path), "--json", str(out)]) == 0
     assert main(["check", "--target=cuda", str(path), "--strict"]) == 1
+    assert main(["check", "--target=cuda", str(path), "--int8"]) != 0  # a DLA option
     text = capsys.readouterr().out
     assert "Layer pad (Pad): none: no CUDA kernel for Pad" in text
     assert "have a CUDA kernel" in text
