@@ -2,6 +2,9 @@
 TREx reads them (tests/tools/trex_reader.py ports its parser: no wheel exists)."""
 
 import json
+import os
+import sys
+import types
 
 import pytest
 
@@ -41,6 +44,24 @@ def test_trex_loads_the_graph_and_profile(exported):
     assert rows[0]["inputs"][0] == {"name": "x", "shape": [1, 3, 8, 8], "format": "FP32 NCHW",
                                     "precision": "FP32", "size_bytes": 3 * 8 * 8 * 4}
     assert rows[0]["metadata"] == "[ONNX Layer: conv1]+[ONNX Layer: bn1]+[ONNX Layer: relu1]"
+
+
+@pytest.mark.skipif(not os.environ.get("TREX_PATH"), reason="TREX_PATH (a TensorRT checkout's "
+                    "tools/experimental/trt-engine-explorer) not set: TREx has no wheel")
+def test_trex_itself_loads_the_files(exported, monkeypatch):
+    """With TREx's sources at hand: its own EnginePlan over both files (pandas needed)."""
+    pytest.importorskip("pandas")
+    # trex/__init__ imports the plotting stack (plotly, graphviz…); the parser needs none of it
+    package = types.ModuleType("trex")
+    package.__path__ = [os.path.join(os.environ["TREX_PATH"], "trex")]
+    monkeypatch.setitem(sys.modules, "trex", package)
+    from trex.engine_plan import EnginePlan
+
+    graph, profile = exported
+    plan = EnginePlan(str(graph), str(profile))
+    assert list(plan.df["Name"]) == ["conv1", "conv2", "conv3"]
+    assert list(plan.df["type"]) == ["Convolution"] * 3
+    assert (plan.df["latency.avg_time"] > 0).all() and plan.total_weights_size > 0
 
 
 def test_detailed_layers_carry_tensorrt_keys(exported):
