@@ -82,13 +82,13 @@ def plan_parts(model: onnx.ModelProto, devices: Sequence[str | None]) -> list[Pa
 
     consumed_later: list[set[str]] = [set() for _ in runs]
     for p in range(len(runs) - 2, -1, -1):
-        later = consumed_later[p + 1] | {x for i in members[p + 1] for x in nodes[i].input}
+        later = consumed_later[p + 1] | {x for i in members[p + 1] for x in node_inputs(nodes[i])}
         consumed_later[p] = later
     parts = []
     for p, (device, _) in enumerate(runs):
         order = sorted(members[p])
         made = {o for i in order for o in nodes[i].output if o}
-        used = [x for i in order for x in nodes[i].input if x]
+        used = [x for i in order for x in node_inputs(nodes[i])]
         inputs = _unique(x for x in used if x not in made and x not in initializers)
         wanted = consumed_later[p] | set(graph_outputs)
         outputs = _unique(o for i in order for o in nodes[i].output
@@ -99,7 +99,28 @@ def plan_parts(model: onnx.ModelProto, devices: Sequence[str | None]) -> list[Pa
 
 
 def _producers(node: onnx.NodeProto, producer: Mapping[str, int]) -> list[int]:
-    return [producer[x] for x in node.input if x in producer]
+    return [producer[x] for x in node_inputs(node) if x in producer]
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """The tensors a node reads: its inputs, and the outer-scope names its subgraphs (an
+    If's branches, a Loop's body) use without defining — a part holding the node must
+    receive those too."""
+    names = [x for x in node.input if x]
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            names.extend(_captured(g))
+    return names
+
+
+def _captured(g: onnx.GraphProto) -> list[str]:
+    defined = {v.name for v in g.input} | {t.name for t in g.initializer}
+    out = []
+    for n in g.node:
+        out.extend(x for x in node_inputs(n) if x not in defined)
+        defined.update(n.output)
+    return out
 
 
 def _unique(names: Any) -> list[str]:
@@ -144,7 +165,7 @@ def write_parts(model: onnx.ModelProto, parts: Sequence[Part], out_dir: str | os
         "outputs": [v.name for v in model.graph.output], "parts": []}
     for index, part in enumerate(parts):
         chosen = [nodes[i] for i in part.nodes]
-        used = {x for n in chosen for x in n.input}
+        used = {x for n in chosen for x in node_inputs(n)}
         graph = helper.make_graph(
             chosen, f"{model.graph.name or 'model'}_part{index}_{part.device}",
             [_info(infos, name) for name in part.inputs],
