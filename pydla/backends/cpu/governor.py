@@ -36,6 +36,9 @@ WINDOW = 7  # recent run times kept for the count in use
 PROBE_RUNS = 2  # runs in a probe: one sample alone is too noisy under contention
 HYSTERESIS = 0.10  # a probe must be this much faster to win
 OVERRUN = 2.0  # a run this many times its count's median triggers a probe
+CONFIRM_AFTER = 2  # runs after a switch before probing back: a passing disturbance
+# (another engine's threads spinning for ~20 ms after its turn) must not hold the
+# program on fewer threads for a whole interval
 MIN_INTERVAL = 8  # runs between probes, doubling while probes lose ...
 MAX_INTERVAL = 512  # ... up to this
 
@@ -133,13 +136,15 @@ class Governor:
         probed = statistics.median(self.probe_times)
         usual = statistics.median(self.times) if self.times else float("inf")
         if probed < (1.0 - HYSTERESIS) * usual:
+            went_down = self.probe > self.current
             self.current = self.probe
             self.times = deque(self.probe_times, maxlen=WINDOW)
             self.interval = MIN_INTERVAL
             self.switches += 1
-            # keep going the way that paid; at either end, turn round
-            self.downward = self.current + 1 < len(self.counts) if self.downward \
-                else self.current == 0
+            # confirm soon, looking back the way it came: a passing disturbance reverts in
+            # a few runs; a lasting one loses the confirmation and probes back off
+            self.downward = not went_down
+            self.until_probe = CONFIRM_AFTER
         else:
             self.interval = min(2 * self.interval, MAX_INTERVAL)
             # try the other side next time, where there is one
@@ -147,5 +152,5 @@ class Governor:
                 self.downward = not self.downward
             else:
                 self.downward = self.current == 0
-        self.until_probe = self.interval
+            self.until_probe = self.interval
         self.probe = None
