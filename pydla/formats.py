@@ -27,6 +27,7 @@ DATA_TYPE_CODES = {DType.FLOAT32: 1, DType.FLOAT16: 2, DType.INT16: 3, DType.INT
 # ONNX TensorProto type code (int64: 135, bool: 137, int32: 134, bf16: 144), which no
 # cuDLA code reaches.
 EXTENSION_TYPE_BASE = 0x80
+_TYPE_OF_CODE = {code: dtype for dtype, code in DATA_TYPE_CODES.items()}
 
 
 def data_type_code(dtype: DType) -> int:
@@ -36,9 +37,8 @@ def data_type_code(dtype: DType) -> int:
 
 def dtype_of_code(code: int) -> DType | None:
     """The type a descriptor's data_type names (None: UNKNOWN or not a code)."""
-    for dtype, c in DATA_TYPE_CODES.items():
-        if c == code:
-            return dtype
+    if code in _TYPE_OF_CODE:
+        return _TYPE_OF_CODE[code]
     if code > EXTENSION_TYPE_BASE:
         try:
             return DType(code - EXTENSION_TYPE_BASE)
