@@ -54,6 +54,18 @@ class IOTensor:
 
 
 @dataclass(frozen=True)
+class ProgramBody:
+    """What one executable program holds: the reader validates each (the top level, each
+    optimization profile's plan) by the same checks, then a Program carries it."""
+
+    tensors: tuple[TensorInfo, ...]
+    layers: tuple[LayerInfo, ...]
+    inputs: tuple[IOTensor, ...]
+    outputs: tuple[IOTensor, ...]
+    arena_bytes: int
+
+
+@dataclass(frozen=True)
 class Program:
     version: tuple[int, int]
     producer: dict[str, Any]

@@ -40,6 +40,7 @@ from pydla.loadable.program import (
     IOTensor,
     LayerInfo,
     Program,
+    ProgramBody,
     TensorInfo,
 )
 from pydla.loadable.validate import check_layer
@@ -121,7 +122,7 @@ def read_loadable(data: Any, known_ops: Collection[str] | None = None) -> Progra
     except RecursionError:
         raise LoadableError(meta_offset, "metadata nests too deeply") from None
     weights = mv[weights_offset:]
-    return _Validator(meta, meta_offset, weights_offset, weights, known_ops).program(major, minor)
+    return _Validator(meta, meta_offset, weights_offset, weights, known_ops).loadable(major, minor)
 
 
 class _Validator:
@@ -160,7 +161,41 @@ class _Validator:
             raise self.fail(f"{path}.{key}", f"{v} is outside [{lo}, {hi}]")
         return v
 
-    def program(self, major: int, minor: int) -> Program:
+    def program(self, meta: Any, prefix: str = "") -> ProgramBody:
+        """Validate one executable program: ``meta`` holds its tensors, layers, inputs,
+        outputs and arena_bytes; errors name ``prefix`` + the field's path (``prefix`` is
+        empty for the top level, else ends in a dot: ``"profiles[1]."``).
+
+        The top-level program, each optimization profile's plan and any sub-program pass
+        through here, so none is checked by a weaker path.
+        """
+        where = prefix.rstrip(".")  # the object's own path, for its fields' errors
+        if not isinstance(meta, dict):
+            raise self.fail(where, "expected an object")
+        arena = self.int_in(meta, "arena_bytes", where, 0, MAX_ARENA_BYTES)
+        tensors = tuple(self.tensor(i, t, arena, prefix)
+                        for i, t in enumerate(self.count(meta, "tensors", where)))
+        layers = tuple(self.layer(i, lay, tensors, prefix)
+                       for i, lay in enumerate(self.count(meta, "layers", where)))
+        inputs = tuple(self.io(i, e, tensors, "input", prefix)
+                       for i, e in enumerate(self.count(meta, "inputs", where)))
+        outputs = tuple(self.io(i, e, tensors, "output", prefix)
+                        for i, e in enumerate(self.count(meta, "outputs", where)))
+        ends = [t.offset + t.nbytes for t in tensors if t.kind != "weight"]
+        if arena > align(max(ends, default=0)):
+            raise self.fail(f"{prefix}arena_bytes", f"{arena} is larger than its tensors need "
+                            f"({max(ends, default=0)})")
+        if arena > _physical_memory():
+            raise self.fail(f"{prefix}arena_bytes", f"{arena} bytes exceed this machine's "
+                            "memory")
+        self.dataflow(tensors, layers, inputs, outputs, prefix)
+        self.aliases(tensors, layers, prefix)
+        self.arena_overlaps(tensors, layers, prefix)
+        for lay in layers:  # each layer is the computation its kernels assume
+            check_layer(lay, tensors, self.meta_offset, prefix)
+        return ProgramBody(tensors, layers, inputs, outputs, arena)
+
+    def loadable(self, major: int, minor: int) -> Program:
         meta = self.meta
         if not isinstance(meta, dict):
             raise self.fail("", "top level is not an object")
@@ -169,32 +204,14 @@ class _Validator:
         build = meta.get("build", {})
         if not isinstance(build, dict):
             raise self.fail("build", "expected an object")
-        arena = self.int_in(meta, "arena_bytes", "", 0, MAX_ARENA_BYTES)
-        tensors = tuple(self.tensor(i, t, arena)
-                        for i, t in enumerate(self.count(meta, "tensors", "")))
-        layers = tuple(self.layer(i, lay, tensors)
-                       for i, lay in enumerate(self.count(meta, "layers", "")))
-        inputs = tuple(self.io(i, e, tensors, "input")
-                       for i, e in enumerate(self.count(meta, "inputs", "")))
-        outputs = tuple(self.io(i, e, tensors, "output")
-                        for i, e in enumerate(self.count(meta, "outputs", "")))
-        ends = [t.offset + t.nbytes for t in tensors if t.kind != "weight"]
-        if arena > align(max(ends, default=0)):
-            raise self.fail("arena_bytes", f"{arena} is larger than its tensors need "
-                            f"({max(ends, default=0)})")
-        if arena > _physical_memory():
-            raise self.fail("arena_bytes", f"{arena} bytes exceed this machine's memory")
-        self.dataflow(tensors, layers, inputs, outputs)
-        self.aliases(tensors, layers)
-        self.arena_overlaps(tensors, layers, inputs)
-        for lay in layers:  # each layer is the computation its kernels assume
-            check_layer(lay, tensors, self.meta_offset)
-        return Program(version=(major, minor), producer=producer, target=target, tensors=tensors,
-                       layers=layers, inputs=inputs, outputs=outputs, arena_bytes=arena,
+        body = self.program(meta)
+        return Program(version=(major, minor), producer=producer, target=target,
+                       tensors=body.tensors, layers=body.layers, inputs=body.inputs,
+                       outputs=body.outputs, arena_bytes=body.arena_bytes,
                        weights=self.weights, build=build)
 
-    def tensor(self, i: int, t: Any, arena: int) -> TensorInfo:
-        path = f"tensors[{i}]"
+    def tensor(self, i: int, t: Any, arena: int, prefix: str) -> TensorInfo:
+        path = f"{prefix}tensors[{i}]"
         name = self.get(t, "name", str, path)
         shape_list = self.get(t, "shape", list, path)
         if len(shape_list) > MAX_RANK:
@@ -253,8 +270,8 @@ class _Validator:
             raise self.fail(path, f"tensor reference {v!r} is out of range [0, {n})")
         return v
 
-    def layer(self, i: int, lay: Any, tensors: tuple[TensorInfo, ...]) -> LayerInfo:
-        path = f"layers[{i}]"
+    def layer(self, i: int, lay: Any, tensors: tuple[TensorInfo, ...], prefix: str) -> LayerInfo:
+        path = f"{prefix}layers[{i}]"
         name = self.get(lay, "name", str, path)
         op = self.get(lay, "op", str, path)
         if self.known_ops is not None and op not in self.known_ops:
@@ -275,8 +292,9 @@ class _Validator:
         tactic = self.get(lay, "tactic", str, path)
         return LayerInfo(i, name, op, ins, outs, attrs, tuple(fused), precision, tactic)
 
-    def io(self, i: int, e: Any, tensors: tuple[TensorInfo, ...], kind: str) -> IOTensor:
-        path = f"{kind}s[{i}]"
+    def io(self, i: int, e: Any, tensors: tuple[TensorInfo, ...], kind: str,
+           prefix: str) -> IOTensor:
+        path = f"{prefix}{kind}s[{i}]"
         index = self.ref(self.get(e, "tensor", int, path), len(tensors), f"{path}.tensor", False)
         t = tensors[index]
         if t.kind != kind:
@@ -299,35 +317,38 @@ class _Validator:
         return IOTensor(index, fmt, dtype, expected)
 
     def dataflow(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...],
-                 inputs: tuple[IOTensor, ...], outputs: tuple[IOTensor, ...]) -> None:
+                 inputs: tuple[IOTensor, ...], outputs: tuple[IOTensor, ...],
+                 prefix: str) -> None:
         defined = {t.index for t in tensors if t.kind in ("weight", "input")}
         declared_in = [io.tensor for io in inputs]
         if sorted(declared_in) != sorted(t.index for t in tensors if t.kind == "input"):
-            raise self.fail("inputs", "input list does not match the input tensors")
+            raise self.fail(f"{prefix}inputs", "input list does not match the input tensors")
         if len(set(declared_in)) != len(declared_in):
-            raise self.fail("inputs", "an input is listed twice")
+            raise self.fail(f"{prefix}inputs", "an input is listed twice")
         declared_out = [io.tensor for io in outputs]
         if sorted(declared_out) != sorted(t.index for t in tensors if t.kind == "output"):
-            raise self.fail("outputs", "output list does not match the output tensors")
+            raise self.fail(f"{prefix}outputs", "output list does not match the output tensors")
         if len(set(declared_out)) != len(declared_out):
-            raise self.fail("outputs", "an output is listed twice")
+            raise self.fail(f"{prefix}outputs", "an output is listed twice")
         for lay in layers:
             for k, ref in enumerate(lay.inputs):
                 if ref >= 0 and ref not in defined:
-                    raise self.fail(f"layers[{lay.index}].inputs[{k}]",
+                    raise self.fail(f"{prefix}layers[{lay.index}].inputs[{k}]",
                                     f"layer {lay.name!r} reads {tensors[ref].name!r} before "
                                     "it is written")
             for k, ref in enumerate(lay.outputs):
                 if ref in defined:
-                    raise self.fail(f"layers[{lay.index}].outputs[{k}]",
+                    raise self.fail(f"{prefix}layers[{lay.index}].outputs[{k}]",
                                     f"layer {lay.name!r} writes {tensors[ref].name!r}, which is "
                                     "an input, a weight or already written")
                 defined.add(ref)
         for t in tensors:
             if t.index not in defined:
-                raise self.fail(f"tensors[{t.index}]", f"{t.kind} {t.name!r} is never written")
+                raise self.fail(f"{prefix}tensors[{t.index}]",
+                                f"{t.kind} {t.name!r} is never written")
 
-    def aliases(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...]) -> None:
+    def aliases(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...],
+                prefix: str) -> None:
         """A tensor may share bytes with a parent only as a Concat view or an in-place reuse."""
         writer = {ref: lay for lay in layers for ref in lay.outputs}
         last_reader: dict[int, int] = {}
@@ -338,7 +359,7 @@ class _Validator:
         for t in tensors:
             if t.alias is None:
                 continue
-            path = f"tensors[{t.index}].alias"
+            path = f"{prefix}tensors[{t.index}].alias"
             p, rel, kind = t.alias
             if not 0 <= p < len(tensors) or p == t.index or tensors[p].kind == "weight":
                 raise self.fail(path, f"bad parent tensor {p}")
@@ -361,24 +382,24 @@ class _Validator:
             children.setdefault(p, []).append(t)
         for p, kids in children.items():
             if any(k.alias[2] == "reuse" for k in kids) and len(kids) > 1:  # type: ignore[index]
-                raise self.fail(f"tensors[{p}]", "a reused tensor has more than one child")
+                raise self.fail(f"{prefix}tensors[{p}]", "a reused tensor has more than one child")
             # Concat's parts tile their parent; reshapes span all of it and are read-only.
             kids = sorted((k for k in kids if k.alias[2] == "view"),  # type: ignore[index]
                           key=lambda k: k.alias[1])  # type: ignore[index]
             for a, b in zip(kids, kids[1:]):
                 if a.alias[1] + a.nbytes > b.alias[1]:  # type: ignore[index]
-                    raise self.fail(f"tensors[{b.index}]", f"views {a.name!r} and {b.name!r} "
-                                    "overlap")
+                    raise self.fail(f"{prefix}tensors[{b.index}]",
+                                    f"views {a.name!r} and {b.name!r} overlap")
         for t in tensors:  # alias chains end (no cycles)
             seen, i = 0, t.index
             while tensors[i].alias is not None:
                 i = tensors[i].alias[0]  # type: ignore[index]
                 seen += 1
                 if seen > len(tensors):
-                    raise self.fail(f"tensors[{t.index}].alias", "alias chain has a cycle")
+                    raise self.fail(f"{prefix}tensors[{t.index}].alias", "alias chain has a cycle")
 
     def arena_overlaps(self, tensors: tuple[TensorInfo, ...], layers: tuple[LayerInfo, ...],
-                       inputs: tuple[IOTensor, ...]) -> None:
+                       prefix: str) -> None:
         """Two buffers (alias groups) alive at once must not share bytes."""
         end = len(layers)
         first: dict[int, int] = {}
@@ -416,6 +437,6 @@ class _Validator:
                 if fb > la:
                     break
                 if ta.offset < tb.offset + tb.nbytes and tb.offset < ta.offset + ta.nbytes:
-                    raise self.fail(f"tensors[{tb.index}]",
+                    raise self.fail(f"{prefix}tensors[{tb.index}]",
                                     f"{tb.name!r} shares arena bytes with {ta.name!r} while both "
                                     "are alive")

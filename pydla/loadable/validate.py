@@ -174,12 +174,16 @@ def broadcast(check: LayerCheck, shapes: Sequence[tuple[int, ...]], where: str
     return tuple(out)
 
 
-def check_layer(layer: LayerInfo, tensors: Sequence[TensorInfo], meta_offset: int) -> None:
-    """Raise LoadableError unless the layer's outputs are what its op makes of its inputs."""
+def check_layer(layer: LayerInfo, tensors: Sequence[TensorInfo], meta_offset: int,
+                prefix: str = "") -> None:
+    """Raise LoadableError unless the layer's outputs are what its op makes of its inputs.
+
+    ``prefix`` names the program holding the layer (``"profiles[1]."``; empty at the top).
+    """
     fn = RULES.get(layer.op)
     if fn is None:
         return
-    check = LayerCheck(layer, tensors, meta_offset)
+    check = LayerCheck(layer, tensors, meta_offset, path=f"{prefix}layers[{layer.index}]")
     try:
         expected = fn(check)
     except LoadableError:
