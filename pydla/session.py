@@ -47,6 +47,9 @@ _TYPE_NAMES = {
 }
 
 
+_SEQ_MAP = "seq(map(int64,tensor(float)))"  # what onnxruntime calls a ZipMap's output
+
+
 class SessionError(PydlaError):
     """A session call with wrong arguments (names, shapes, types, providers)."""
 
@@ -66,6 +69,9 @@ class _Tensor:
     name: str
     shape: tuple[int | str | None, ...]
     dtype: DType
+    # A ZipMap's output: the loadable holds the (N, C) probabilities, the session returns
+    # onnxruntime's list of {label: probability} (build["zipmap"], docs/builder.md).
+    zipmap: tuple[int, ...] | None = None
 
 
 def numpy_dtype(type_name: str) -> np.dtype:
@@ -99,6 +105,8 @@ class InferenceSession:
                  sess_options: Any = None, cache_dir: str | os.PathLike[str] | None = None,
                  **build_options: Any) -> None:
         self._providers = _providers(providers)
+        # onnxruntime's CUDA provider option: the caller's stream, as an int (or a string)
+        self._user_stream = _provider_option(providers, CUDA, "user_compute_stream")
         self._threads = int(getattr(sess_options, "intra_op_num_threads", 0) or 0)
         level = getattr(sess_options, "graph_optimization_level", None)
         opt_level = 0 if level is not None and int(level) == 0 else 3
@@ -116,7 +124,8 @@ class InferenceSession:
             program = module.program
             self._inputs = [_Tensor(t.name, t.shape, t.dtype) for t in
                             (program.tensors[io.tensor] for io in program.inputs)]
-            self._outputs = [_Tensor(t.name, t.shape, t.dtype) for t in
+            maps = program.build.get("zipmap", {})
+            self._outputs = [_Tensor(t.name, t.shape, t.dtype, _labels(maps, t.name)) for t in
                              (program.tensors[io.tensor] for io in program.outputs)]
             self._modules[tuple(tuple(t.shape) for t in self._inputs)] = module
         else:
@@ -129,7 +138,8 @@ class InferenceSession:
                 for t in self._inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [NodeArg(t.name, list(t.shape), _TYPE_NAMES.get(t.dtype, "tensor(undefined)"))
+        return [NodeArg(t.name, [], _SEQ_MAP) if t.zipmap is not None else
+                NodeArg(t.name, list(t.shape), _TYPE_NAMES.get(t.dtype, "tensor(undefined)"))
                 for t in self._outputs]
 
     def get_providers(self) -> list[str]:
@@ -149,8 +159,9 @@ class InferenceSession:
                                f"{[t.name for t in self._outputs]}")
         results = module.run({t.name: _storage(feeds[t.name], t.dtype) for t in self._inputs})
         by_name = dict(zip(module.output_names, results))
-        types = {t.name: t.dtype for t in self._outputs}
-        return [_logical(by_name[n], types[n]) for n in wanted]
+        types = {t.name: t for t in self._outputs}
+        return [_logical(by_name[n], types[n].dtype) if types[n].zipmap is None
+                else _zipped(by_name[n], types[n].zipmap) for n in wanted]
 
     def _check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         names = [t.name for t in self._inputs]
@@ -163,19 +174,35 @@ class InferenceSession:
         feeds = {}
         for t in self._inputs:
             x = np.asarray(input_feed[t.name])
-            want = _numpy_type(t.dtype)
-            if x.dtype != want:
-                raise SessionError(f"input {t.name!r}: unexpected data type {x.dtype.name}, "
-                                   f"expected {_TYPE_NAMES.get(t.dtype, t.dtype.name)}")
-            if len(x.shape) != len(t.shape):
-                raise SessionError(f"input {t.name!r}: rank {x.ndim} given, expected "
-                                   f"{len(t.shape)} ({_dims(t.shape)})")
-            for axis, (got, dim) in enumerate(zip(x.shape, t.shape)):
-                if isinstance(dim, int) and got != dim:
-                    raise SessionError(f"input {t.name!r}: dimension {axis} is {got}, expected "
-                                       f"{dim} ({_dims(t.shape)})")
+            _check_type(t, x.shape, x.dtype)
             feeds[t.name] = x
         return feeds
+
+    # -- onnxruntime's I/O binding (pydla/iobinding.py) ------------------------------------
+    def io_binding(self) -> Any:
+        """An ``IOBinding`` for ``run_with_iobinding`` (device tensors in and out)."""
+        from pydla.iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None,
+                           stream: Any = None) -> None:
+        """Run from and into the bound buffers. ``stream`` (or the CUDA provider option
+        ``user_compute_stream``): queue the run on the caller's stream and return at once."""
+        from pydla.iobinding import run
+
+        on_gpu = self._providers[0] == CUDA
+        handle = None
+        if on_gpu and (stream is not None or self._user_stream):
+            from pydla.backends.cuda.driver import stream_handle
+
+            handle = stream_handle(stream if stream is not None else self._user_stream)
+        run(iobinding, self._inputs, self._outputs, self._module, on_gpu, handle)
+
+    def _check_io_name(self, name: str, role: str) -> None:
+        names = [t.name for t in (self._inputs if role == "input" else self._outputs)]
+        if name not in names:
+            raise SessionError(f"unknown {role} name {name!r}; the model's {role}s are {names}")
 
     def _module(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
         with self._lock:
@@ -243,6 +270,15 @@ def _providers(providers: Sequence[Any] | None) -> list[str]:
     return names
 
 
+def _provider_option(providers: Sequence[Any] | None, name: str, key: str) -> Any:
+    for p in providers or ():
+        if isinstance(p, (tuple, list)) and len(p) == 2 and p[0] == name and \
+                isinstance(p[1], Mapping) and p[1].get(key) is not None:
+            value = p[1][key]
+            return int(value) if isinstance(value, str) else value
+    return None
+
+
 def _cuda_available() -> bool:
     try:
         import cupy
@@ -272,8 +308,13 @@ def _onnx_io(data: bytes) -> tuple[list[_Tensor], list[_Tensor]]:
     except PydlaError as e:
         raise BuildError(f"not an ONNX model or a loadable: {e}") from e
     inits = {t.name for t in graph.initializer}
+    from pydla.frontend.onnx.ops.ml import zipmap_outputs
+
+    maps = zipmap_outputs(graph)
 
     def tensor(v: Any) -> _Tensor:
+        if v.name in maps:
+            return _Tensor(v.name, (), DType.FLOAT32, _labels(maps, v.name))
         tt = v.type.tensor_type
         dims: tuple[int | str | None, ...] = tuple(
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
@@ -297,6 +338,31 @@ def _logical(y: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype is DType.BFLOAT16 and y.dtype == np.uint16:
         return y.view(_numpy_type(dtype))
     return y
+
+
+def _check_type(t: _Tensor, shape: Sequence[int], dtype: np.dtype) -> None:
+    """A feed's exact type and shape, as onnxruntime checks them (never element count)."""
+    want = _numpy_type(t.dtype)
+    if dtype != want:
+        raise SessionError(f"input {t.name!r}: unexpected data type {np.dtype(dtype).name}, "
+                           f"expected {_TYPE_NAMES.get(t.dtype, t.dtype.name)}")
+    if len(shape) != len(t.shape):
+        raise SessionError(f"input {t.name!r}: rank {len(shape)} given, expected "
+                           f"{len(t.shape)} ({_dims(t.shape)})")
+    for axis, (got, dim) in enumerate(zip(shape, t.shape)):
+        if isinstance(dim, int) and got != dim:
+            raise SessionError(f"input {t.name!r}: dimension {axis} is {got}, expected "
+                               f"{dim} ({_dims(t.shape)})")
+
+
+def _labels(maps: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+    return tuple(int(v) for v in maps[name]) if name in maps else None
+
+
+def _zipped(y: np.ndarray, labels: Sequence[int]) -> list[dict[int, float]]:
+    """ZipMap's sequence of maps, one {label: probability} per row, as onnxruntime."""
+    rows = np.asarray(y).reshape(-1, len(labels)).tolist()
+    return [dict(zip(labels, row)) for row in rows]
 
 
 def _dims(shape: Sequence[int | str | None]) -> str:
