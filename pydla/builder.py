@@ -17,6 +17,7 @@ from pydla.dtypes import DType
 from pydla.engine.memory import MEMORY_SHARE, default_memory_limit
 from pydla.errors import BuildError, ModelImportError, PydlaError
 from pydla.frontend.onnx import import_model
+from pydla.frontend.onnx.ops.ml import zipmap_outputs
 from pydla.ir import Graph
 from pydla.loadable import Program, read_loadable, write_loadable
 from pydla.passes import PassContext, PassManager, default_passes
@@ -198,6 +199,7 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     """Compile ``model`` into loadable bytes."""
     options = options or BuildOptions()
     proto = load_model(model)
+    zipmaps = zipmap_outputs(proto.graph)  # refuses a ZipMap that is not a last step
     if options.adjust_for_dla:
         proto, rewrites = adjust_for_dla(proto)
         if options.verbose and options.log is not None:
@@ -214,6 +216,8 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
         raise BuildError(f"unknown target {options.target!r}; pydla builds for 'cpu' or 'cuda'")
     build_info = {"opset": graph.opset, "opt_level": options.opt_level,
                   "shapes": {k: list(v) for k, v in options.shapes.items()}, **ctx.records}
+    if zipmaps:  # outputs whose maps the session makes (docs/builder.md, "ZipMap")
+        build_info["zipmap"] = zipmaps
     if options.no_tf32:  # read by the CUDA backend when it builds cuDNN plans
         build_info["no_tf32"] = True
     if dla is not None:

@@ -50,6 +50,9 @@ _TYPE_NAMES = {
 _SEQ_MAP = "seq(map(int64,tensor(float)))"  # what onnxruntime calls a ZipMap's output
 
 
+_SEQ_MAP = "seq(map(int64,tensor(float)))"  # what onnxruntime calls a ZipMap's output
+
+
 class SessionError(PydlaError):
     """A session call with wrong arguments (names, shapes, types, providers)."""
 
@@ -69,6 +72,9 @@ class _Tensor:
     name: str
     shape: tuple[int | str | None, ...]
     dtype: DType
+    # A ZipMap's output: the loadable holds the (N, C) probabilities, the session returns
+    # onnxruntime's list of {label: probability} (build["zipmap"], docs/builder.md).
+    zipmap: tuple[int, ...] | None = None
     # A ZipMap's output: the loadable holds the (N, C) probabilities, the session returns
     # onnxruntime's list of {label: probability} (build["zipmap"], docs/builder.md).
     zipmap: tuple[int, ...] | None = None
@@ -353,6 +359,16 @@ def _check_type(t: _Tensor, shape: Sequence[int], dtype: np.dtype) -> None:
         if isinstance(dim, int) and got != dim:
             raise SessionError(f"input {t.name!r}: dimension {axis} is {got}, expected "
                                f"{dim} ({_dims(t.shape)})")
+
+
+def _labels(maps: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+    return tuple(int(v) for v in maps[name]) if name in maps else None
+
+
+def _zipped(y: np.ndarray, labels: Sequence[int]) -> list[dict[int, float]]:
+    """ZipMap's sequence of maps, one {label: probability} per row, as onnxruntime."""
+    rows = np.asarray(y).reshape(-1, len(labels)).tolist()
+    return [dict(zip(labels, row)) for row in rows]
 
 
 def _labels(maps: Mapping[str, Any], name: str) -> tuple[int, ...] | None:

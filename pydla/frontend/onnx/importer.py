@@ -368,6 +368,11 @@ def model_opset(model: onnx.ModelProto) -> int:
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             opset = imp.version
+    if opset is None and any(imp.domain == "ai.onnx.ml" for imp in model.opset_import) \
+            and all(n.domain == "ai.onnx.ml" for n in model.graph.node):
+        # A classic-ML model (skl2onnx's early output) imports only ai.onnx.ml: no node is
+        # read with a default-domain opset, and the layers its importers emit are canonical.
+        return MAX_OPSET
     if opset is None:
         raise ModelImportError("the model imports no default-domain opset")
     if not MIN_OPSET <= opset <= MAX_OPSET:

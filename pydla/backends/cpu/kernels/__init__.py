@@ -25,6 +25,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     losses,
     matmul,
     misc_ops,
+    ml_scores,
     normalization,
     pooling,
     qlinear_reference,
@@ -37,4 +38,5 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     shape,
     signal,
     softmax,
+    tree_ensemble,
 )

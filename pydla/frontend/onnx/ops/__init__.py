@@ -12,6 +12,8 @@ from pydla.frontend.onnx.ops import (  # noqa: F401
     losses,
     matmul,
     misc_ops,
+    ml,
+    ml_trees,
     normalization,
     pooling,
     quantize,
