@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,8 +81,10 @@ def groups_in_order(jobs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]
     return sorted(groups.values(), key=weight, reverse=True)
 
 
-def compile_in_workers(jobs: Sequence[dict[str, Any]]) -> bool:
+def compile_in_workers(jobs: Sequence[dict[str, Any]],
+                       progress: Callable[[int, int], Any] | None = None) -> bool:
     """Run ``jobs`` (``encode``'s layers) in parallel workers; False if not worth it.
+    ``progress(done, total)`` counts compiled jobs (the CLI's "Compiling kernels" bar).
 
     Each worker takes the next group (groups_in_order) when it has compiled its last:
     dealt out in advance by count, one of two workers got Winograd, the 1×1 GEMM and the
@@ -94,6 +96,8 @@ def compile_in_workers(jobs: Sequence[dict[str, Any]]) -> bool:
     for group in groups_in_order(jobs):
         pending.put(group)
     deadline = time.monotonic() + TIMEOUT_S
+    done = [0]
+    lock = threading.Lock()
     procs = [subprocess.Popen([sys.executable, "-m", "pydla.plan.precompile"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
@@ -111,6 +115,10 @@ def compile_in_workers(jobs: Sequence[dict[str, Any]]) -> bool:
                 proc.stdin.flush()
                 if not proc.stdout.readline():  # the worker died: the builder compiles
                     break
+                with lock:
+                    done[0] += len(group)
+                    if progress is not None:
+                        progress(done[0], len(jobs))
             proc.stdin.close()
         except OSError:
             pass

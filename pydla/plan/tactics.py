@@ -201,7 +201,8 @@ def pick(timings: dict[str, float]) -> str:
 
 
 def precompile_specs(layers: Sequence[tuple[LayerSpec, Sequence[bool]]],
-                     cache: TimingCache | None, cold: bool) -> None:
+                     cache: TimingCache | None, cold: bool,
+                     progress: Callable[[int, int], Any] | None = None) -> None:
     """Compile, in parallel workers, one layer of each tactic this process has not bound
     yet and whose timing is missing (pydla.plan.precompile); ``layers`` pairs each spec
     with which of its inputs are constants."""
@@ -215,7 +216,7 @@ def precompile_specs(layers: Sequence[tuple[LayerSpec, Sequence[bool]]],
             jobs[(spec.op, t.name)] = precompile.encode(
                 LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, t.name),
                 constant, t.bind.__module__)
-    precompile.compile_in_workers(list(jobs.values()))
+    precompile.compile_in_workers(list(jobs.values()), progress)
 
 
 # What a 3×3 convolution's filters may become: Winograd F(4×4)'s transformed filters are
@@ -250,8 +251,9 @@ class LayerTimer:
         self.cold = cold
         self.rng = np.random.default_rng(0)
 
-    def precompile(self, layers: Sequence[tuple[LayerSpec, Sequence[bool]]]) -> None:
-        precompile_specs(layers, self.cache, self.cold)
+    def precompile(self, layers: Sequence[tuple[LayerSpec, Sequence[bool]]],
+                   progress: Callable[[int, int], Any] | None = None) -> None:
+        precompile_specs(layers, self.cache, self.cold, progress)
 
     def timings(self, spec: LayerSpec, consts: Sequence[np.ndarray | None]
                 ) -> dict[str, float]:
@@ -310,11 +312,13 @@ def choose_tactics(graph: Graph, ctx: PassContext, *, autotune: bool,
     """Set ``node.tactic`` for every layer."""
     timer = timer_for(graph, cache)
     if autotune:
+        compiling = None if progress is None else (
+            lambda done, total: progress(done, total, "Compiling kernels"))
         timer.precompile([(layer_spec(n), [v is not None and v.is_const for v in n.inputs])
-                          for n in graph.nodes])
+                          for n in graph.nodes], compiling)
     for i, node in enumerate(graph.nodes):
         if progress is not None:
-            progress(i, len(graph.nodes))
+            progress(i, len(graph.nodes), "Autotuning")
         spec = layer_spec(node)
         if not autotune:
             try:

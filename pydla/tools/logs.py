@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from tqdm import tqdm
+
 LOG = logging.getLogger("pydla")
 
 # trtexec's severity letters; "V" (verbose) is logging's DEBUG.
@@ -44,6 +46,16 @@ class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _value: TextIO) -> None:  # StreamHandler assigns it; always follow stdout
         pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # tqdm.write lifts any progress bar drawn on the terminal, prints the line, and
+        # redraws the bar below it (pydla.tools.progress).
+        try:
+            tqdm.write(self.format(record), file=sys.stdout)
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001  (logging's contract: report, never raise)
+            self.handleError(record)
 
     def handleError(self, record: logging.LogRecord) -> None:
         # A closed pipe (| head) ends the command quietly in cli.main, not in a logging

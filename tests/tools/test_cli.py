@@ -1,6 +1,7 @@
 """The command line: trtexec's flags for build and run."""
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -124,3 +125,14 @@ def test_engine_file_runs_via_mmap(tmp_path):
                  str(tmp_path / "m.bin")]) == 0
     m = LoadedModule((tmp_path / "m.bin").read_bytes())
     assert m.run([np.array([-1, 0, 2], np.float32)])[0].tolist() == [0, 0, 2]
+
+
+def test_the_shapes_hint_works_when_pasted(tmp_path, capsys):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       {"x": (np.float32, ["N", 3, "H", 5])}, ["y"])
+    onnx.save(model, tmp_path / "m.onnx")
+    argv = ["build", "--onnx", str(tmp_path / "m.onnx"), "--saveEngine", str(tmp_path / "m.bin")]
+    assert main(argv) == 1
+    hint = re.search(r"fix it with (--shapes=\S+)", capsys.readouterr().err).group(1)
+    assert hint == "--shapes=x:1x3x1x5"
+    assert main([*argv, hint]) == 0

@@ -435,7 +435,8 @@ def import_model(model: onnx.ModelProto,
             raise ShapeError(f"input {vi.name!r} has dynamic shape "
                              f"{tuple(d if d is not None else '?' for d in dims)}; fix it with "
                              f"--shapes={vi.name}:" + "x".join(
-                                 str(d) if isinstance(d, int) else "N" for d in dims))
+                                 str(d) if isinstance(d, int) else "1" for d in dims)
+                             + " (each dynamic dimension set to 1: change them as needed)")
         graph.reserve_name(vi.name)
         v = Value(vi.name, fixed, dtype)
         graph.inputs.append(v)
