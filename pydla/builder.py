@@ -124,6 +124,8 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
         manager.run(graph, ctx)
     cache = TimingCache.load(options.timing_cache) if autotune else None
     _assign_precisions(graph, options, ctx, autotune, cache)
+    for body in graph.bodies:
+        _build_body(body, options, ctx, autotune, cache)
     if options.opt_level == 0:  # reference kernels only, for bisecting
         for node in graph.nodes:
             node.tactic = REFERENCE
@@ -139,6 +141,23 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     if cache is not None:
         cache.save()
     return graph
+
+
+def _build_body(body: Graph, options: BuildOptions, ctx: PassContext, autotune: bool,
+                cache: TimingCache | None) -> None:
+    """A Loop body (pydla.frontend.onnx.ops.loop_layer) takes the main graph's passes,
+    layouts and tactic choice; it keeps the network's types (--fp16/--autocast convert the
+    main graph only: the body's carried state must keep the type it was imported with)."""
+    body.remove_dead()
+    if options.opt_level == 0:
+        for node in body.nodes:
+            node.tactic = REFERENCE
+        return
+    PassManager(default_passes(), opt_level=options.opt_level, disabled=options.disabled_passes,
+                verify_each=options.verify_passes).run(body, ctx)
+    if options.target == "cpu" and options.opt_level >= 2 and options.blocked_layouts:
+        assign_layouts(body, ctx)
+    choose_tactics(body, ctx, autotune=autotune, cache=cache)
 
 
 def _assign_precisions(graph: Graph, options: BuildOptions, ctx: PassContext, autotune: bool,

@@ -77,6 +77,9 @@ class Graph:
         self.outputs: list[Value] = []
         self.nodes: list[Node] = []
         self.opset: int = 0
+        # Loop bodies: a Loop node's attrs["body"] indexes this list (pydla.frontend.onnx.ops.
+        # loop_layer); each is a graph of its own, optimized and lowered as a sub-program.
+        self.bodies: list[Graph] = []
         self._names: set[str] = set()
         self._node_names: set[str] = set()
         self._counter = itertools.count()

@@ -7,7 +7,8 @@ import struct
 MAGIC = b"PYDLALD\x00"
 VERSION_MAJOR = 1
 # 1: a tensor's alias may be of kind "reshape" (a 1.0 reader refuses it: bad alias kind)
-VERSION_MINOR = 1
+# 2: "subprograms" (Loop bodies) and the Loop layer (a 1.1 reader refuses the op)
+VERSION_MINOR = 2
 HEADER_SIZE = 128
 ALIGNMENT = 64
 DIGEST_OFFSET = 64

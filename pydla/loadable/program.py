@@ -77,6 +77,8 @@ class Program:
     arena_bytes: int
     weights: memoryview = field(repr=False)
     build: dict[str, Any] = field(default_factory=dict)
+    # Programs a layer runs (a Loop's body: pydla.loadable.rules_control), by index.
+    subprograms: tuple[ProgramBody, ...] = ()
 
     def weight(self, t: TensorInfo) -> np.ndarray:
         """Zero-copy, read-only view of a weight tensor."""

@@ -43,6 +43,7 @@ from pydla.loadable.program import (
     ProgramBody,
     TensorInfo,
 )
+from pydla.loadable.rules_control import check_loop_bodies
 from pydla.loadable.validate import check_layer
 
 _MAX_ATTR_DEPTH = 6
@@ -205,10 +206,16 @@ class _Validator:
         if not isinstance(build, dict):
             raise self.fail("build", "expected an object")
         body = self.program(meta)
+        # Loop bodies (format 1.2): each checked as the main program is, then tied to the
+        # Loop layers that run it.
+        subprograms = tuple(self.program(s, f"subprograms[{k}].") for k, s in
+                            enumerate(self.count(meta, "subprograms", "", 4096))
+                            ) if "subprograms" in meta else ()
+        check_loop_bodies(body.layers, body.tensors, subprograms, self.meta_offset)
         return Program(version=(major, minor), producer=producer, target=target,
                        tensors=body.tensors, layers=body.layers, inputs=body.inputs,
                        outputs=body.outputs, arena_bytes=body.arena_bytes,
-                       weights=self.weights, build=build)
+                       weights=self.weights, build=build, subprograms=subprograms)
 
     def tensor(self, i: int, t: Any, arena: int, prefix: str) -> TensorInfo:
         path = f"{prefix}tensors[{i}]"

@@ -235,6 +235,7 @@ def layouts(check: LayerCheck) -> tuple[bool, bool]:
 # The rules live by family in pydla.loadable.rules_*; importing them fills RULES.
 from pydla.loadable import (  # noqa: E402,F401
     rules_attention,
+    rules_control,
     rules_elementwise,
     rules_indexing,
     rules_math,

@@ -20,16 +20,19 @@ from pydla.loadable.format import (
 )
 
 
-def write_loadable(meta: dict[str, Any], weights: dict[int, np.ndarray]) -> bytes:
-    """``meta`` follows docs/loadable-format.md; ``weights`` maps tensor index → data.
+def write_loadable(meta: dict[str, Any],
+                   weights: dict[int, np.ndarray] | dict[Any, np.ndarray]) -> bytes:
+    """``meta`` follows docs/loadable-format.md; ``weights`` maps tensor index → data, and
+    ``(k, index)`` → data for a tensor of ``meta["subprograms"][k]`` (one weights section).
 
     Weight offsets (64-byte aligned) are assigned here and written into ``meta``.
     """
     blobs: list[bytes] = []
     cursor = 0
-    for index in sorted(weights):
+    for index in sorted(weights, key=lambda i: (-1, i) if isinstance(i, int) else i):
         data = np.ascontiguousarray(weights[index]).tobytes()
-        t = meta["tensors"][index]
+        t = (meta["tensors"][index] if isinstance(index, int)
+             else meta["subprograms"][index[0]]["tensors"][index[1]])
         if t["kind"] != "weight" or len(data) != t["nbytes"]:
             raise ValueError(f"weight for tensor {index} ({t['name']}) does not match its entry")
         t["offset"] = cursor

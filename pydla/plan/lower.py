@@ -63,12 +63,12 @@ def _io_entries(values: Sequence[Value], fmts: Sequence[IOFormat] | None, kind: 
 
 def lower(graph: Graph, *, input_formats: Sequence[IOFormat] | None = None,
           output_formats: Sequence[IOFormat] | None = None, target: dict[str, Any] | None = None,
-          build: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[int, np.ndarray]]:
+          build: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[Any, np.ndarray]]:
     """Return (metadata, weights by tensor index) for ``write_loadable``."""
     finalize_outputs(graph)
     tensors: list[dict[str, Any]] = []
     index: dict[int, int] = {}
-    weights: dict[int, np.ndarray] = {}
+    weights: dict[Any, np.ndarray] = {}
     outputs = {id(v) for v in graph.outputs}
 
     def add(v: Value, kind: str) -> int:
@@ -85,12 +85,17 @@ def lower(graph: Graph, *, input_formats: Sequence[IOFormat] | None = None,
         add(v, "input")
     aliases = plan_aliases(graph)
     layers = []
+    subprograms: list[dict[str, Any]] = []
     for node in graph.nodes:
         ins = [-1 if v is None else add(v, "weight" if v.is_const else "activation")
                for v in node.inputs]
         outs = [add(v, "output" if id(v) in outputs else "activation") for v in node.outputs]
+        attrs = node.attrs
+        if node.op == "Loop":  # its body becomes a sub-program (pydla.loadable.rules_control)
+            attrs = {**attrs, "body": _lower_body(graph.bodies[attrs["body"]], subprograms,
+                                                  weights)}
         layers.append({"name": node.name, "op": node.op, "inputs": ins, "outputs": outs,
-                       "attrs": node.attrs, "fused_from": list(node.fused_from),
+                       "attrs": attrs, "fused_from": list(node.fused_from),
                        "precision": node.precision or _precision(node),
                        "tactic": node.tactic or "reference"})
 
@@ -141,7 +146,21 @@ def lower(graph: Graph, *, input_formats: Sequence[IOFormat] | None = None,
         "outputs": _io_entries(graph.outputs, output_formats, "output", index),
         "arena_bytes": arena,
     }
+    if subprograms:
+        meta["subprograms"] = subprograms
     return meta, weights
+
+
+def _lower_body(body: Graph, subprograms: list[dict[str, Any]],
+                weights: dict[Any, np.ndarray]) -> int:
+    """Lower a Loop body as sub-program ``len(subprograms)``; its weights join ``weights``
+    under ``(k, tensor index)`` (write_loadable puts them in the one weights section)."""
+    meta, body_weights = lower(body)
+    k = len(subprograms)
+    subprograms.append({key: meta[key] for key in
+                        ("tensors", "layers", "inputs", "outputs", "arena_bytes")})
+    weights.update({(k, i): w for i, w in body_weights.items()})
+    return k
 
 
 def _precision(node: Node) -> str:

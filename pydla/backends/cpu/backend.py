@@ -14,6 +14,7 @@ from pydla.backends.cpu import kernels as _kernels  # noqa: F401  (registers eve
 from pydla.backends.cpu.fused import with_epilogue
 from pydla.backends.cpu.governor import Governor
 from pydla.backends.cpu.governor import policy as governor_policy
+from pydla.backends.cpu.loop import bind_loop
 from pydla.backends.cpu.registry import KERNELS, REFERENCE, TACTICS, Binder, tactic_applies
 from pydla.backends.cpu.steps import Thunk, prebind
 from pydla.dtypes import DType, to_compute, to_storage
@@ -203,7 +204,8 @@ class CpuProgram:
             self.workspace.next_layer()
             try:
                 with workspace.sharing(self.workspace):
-                    run = bind_layer(_spec(program, layer))
+                    run = (bind_loop(layer, program, CpuProgram) if layer.op == "Loop"
+                           else bind_layer(_spec(program, layer)))
             except PydlaError as e:
                 raise LoadableError(0, f"layer {layer.name!r} ({layer.op}): {e}") from e
             except (KeyError, TypeError, ValueError, IndexError) as e:
