@@ -20,6 +20,17 @@ one of the two cases, so the governor measures:
   so a machine that stays quiet pays one slower run in hundreds; a run that overruns its
   count's median ``OVERRUN``-fold (the machine changed) brings the next probe forward.
 
+Runs just after the program sat idle are judged apart. Another engine that ran in the
+gap (onnxruntime taking its turn in a benchmark, any numba or BLAS pool used between tasks)
+leaves its threads spinning on the cores for tens of milliseconds; runs in that wake — those
+within ``SETTLE_S`` of the end of an idle gap longer than ``GAP_S`` — are "settling" runs.
+Their times go to a window of their own, and a probe decides only from runs of the same
+kind as most recent runs: a program run back to back is judged on its steady runs (a probe
+in another engine's wake would find fewer threads faster and switch wrongly: measured,
+adaptive 4-12 % slower than fixed on a quiet machine with onnxruntime taking turns); a
+program paced by its caller (a frame every 30 ms), whose every run follows a gap, is judged
+on exactly those.
+
 ``PYDLA_THREAD_POLICY=fixed`` turns it off: every run uses the program's thread count.
 """
 
@@ -27,7 +38,9 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections import Counter, deque
+from collections.abc import Callable
 
 POLICY_VAR = "PYDLA_THREAD_POLICY"
 POLICIES = ("adaptive", "fixed")
@@ -41,6 +54,10 @@ CONFIRM_AFTER = 2  # runs after a switch before probing back: a passing disturba
 # program on fewer threads for a whole interval
 MIN_INTERVAL = 8  # runs between probes, doubling while probes lose ...
 MAX_INTERVAL = 512  # ... up to this
+GAP_NS = 1_000_000  # idle time between two runs that counts as a gap (1 ms) ...
+SETTLE_NS = 40_000_000  # ... and how long its wake lasts (onnxruntime's spin: > 20 ms)
+HISTORY = 32  # recent runs whose kind (steady or settling) picks the kind judged
+MAX_PROBE_TRIES = 4 * PROBE_RUNS  # probe runs of the other kind before a probe is dropped
 
 
 def policy() -> str:
@@ -64,18 +81,36 @@ class Governor:
     """Picks the thread count of each run (``begin``) from the times of the runs before
     (``end``). Not thread-safe on purpose: one program runs one task at a time."""
 
-    def __init__(self, threads: int, adaptive: bool = True) -> None:
+    def __init__(self, threads: int, adaptive: bool = True,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> None:
         self.counts = candidates(threads) if adaptive else [threads]
         self.current = 0  # index into counts
-        self.times: deque[int] = deque(maxlen=WINDOW)  # ns, runs at counts[current]
+        # ns, runs at counts[current]: steady runs (False) and settling runs (True) apart
+        self.windows = {False: deque(maxlen=WINDOW), True: deque(maxlen=WINDOW)}
+        self.kinds: deque[bool] = deque(maxlen=HISTORY)  # recent runs: settling or not
         self.interval = MIN_INTERVAL
         self.until_probe = MIN_INTERVAL
         self.probe: int | None = None  # index being probed
         self.probe_times: list[int] = []
+        self.probe_tries = 0
         self.downward = True  # the direction of the next probe
         self.switches = 0
         self.runs: Counter[int] = Counter()  # runs started, by thread count
         self._running = 0
+        self._clock = clock
+        self._started = 0
+        self._last_end: int | None = None
+        self._settle_until = 0
+        self._settling = False
+
+    @property
+    def times(self) -> deque[int]:
+        """The recent times at the current count, of the kind of run judged now."""
+        return self.windows[self._judged()]
+
+    def _judged(self) -> bool:
+        """The kind of run decisions use: the kind most recent runs were (steady on a tie)."""
+        return 2 * sum(self.kinds) > len(self.kinds)
 
     @property
     def threads(self) -> int:
@@ -102,9 +137,15 @@ class Governor:
 
     def begin(self) -> int:
         """The thread count for the run about to start."""
-        if self.probe is None and self.until_probe <= 0 and len(self.counts) > 1:
+        now = self._started = self._clock()
+        if self._last_end is not None and now - self._last_end > GAP_NS:
+            self._settle_until = now + SETTLE_NS
+        self._settling = now < self._settle_until
+        if self.probe is None and self.until_probe <= 0 and len(self.counts) > 1 and \
+                self._settling == self._judged():
             self.probe = self._neighbour()
             self.probe_times = []
+            self.probe_tries = 0
         self._running = self.current if self.probe is None else self.probe
         count = self.counts[self._running]
         self.runs[count] += 1
@@ -112,13 +153,24 @@ class Governor:
 
     def end(self, elapsed_ns: int) -> None:
         """The run started by ``begin`` took ``elapsed_ns``."""
+        self._last_end = self._started + elapsed_ns
+        kind = self._settling
+        self.kinds.append(kind)
         if self.probe is not None and self._running == self.probe:
-            self.probe_times.append(elapsed_ns)
+            self.probe_tries += 1
+            if kind == self._judged():
+                self.probe_times.append(elapsed_ns)
             if len(self.probe_times) >= PROBE_RUNS:
                 self._decide()
+            elif self.probe_tries >= MAX_PROBE_TRIES:  # its runs kept landing in a wake
+                self.probe = None
+                self.until_probe = self.interval
             return
-        usual = statistics.median(self.times) if len(self.times) >= 3 else None
-        self.times.append(elapsed_ns)
+        window = self.windows[kind]
+        usual = statistics.median(window) if len(window) >= 3 else None
+        window.append(elapsed_ns)
+        if kind != self._judged():
+            return
         self.until_probe -= 1
         if usual is not None and elapsed_ns > OVERRUN * usual:
             # the machine changed (or a hiccup): look again soon, not in hundreds of runs
@@ -138,7 +190,9 @@ class Governor:
         if probed < (1.0 - HYSTERESIS) * usual:
             went_down = self.probe > self.current
             self.current = self.probe
-            self.times = deque(self.probe_times, maxlen=WINDOW)
+            judged = self._judged()
+            self.windows[judged] = deque(self.probe_times, maxlen=WINDOW)
+            self.windows[not judged] = deque(maxlen=WINDOW)
             self.interval = MIN_INTERVAL
             self.switches += 1
             # confirm soon, looking back the way it came: a passing disturbance reverts in
