@@ -35,7 +35,7 @@ from pydla.engine.device import DEVICE_COUNT, TASK_STATISTICS, DlaDevice
 from pydla.engine.faults import ClosedError, InvalidDeviceError, InvalidParamError
 from pydla.engine.inputs import check_input
 from pydla.engine.memory import MEMORY
-from pydla.engine.module import is_short
+from pydla.engine.module import ProfileShapeError, choose_profile, is_short
 from pydla.engine.stats import LayerTime, TaskStatistics, decode_task_statistics
 from pydla.engine.task import RawTask, TaskPlan, plan_task
 from pydla.formats import TensorDescriptor
@@ -212,12 +212,54 @@ class Module(_Closable):
             inputs = [inputs[n] for n in names]
         if len(inputs) != len(names):
             raise InvalidParamError(f"{len(inputs)} inputs given, the module takes {len(names)}")
-        arrays = []
-        for x, (tensor, _) in zip(inputs, self._inputs):
-            arr = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
-            arrays.append(check_input(tensor.name, arr, tensor.shape, tensor.dtype,
-                                      InvalidParamError))
-        return arrays
+        arrays = [np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+                  for x in inputs]
+        if self._other_plan(arrays):
+            return arrays  # checked against the plan their shapes pick (_submit_plan)
+        return [check_input(tensor.name, arr, tensor.shape, tensor.dtype, InvalidParamError)
+                for arr, (tensor, _) in zip(arrays, self._inputs)]
+
+    def _other_plan(self, arrays: list[np.ndarray]) -> bool:
+        """Whether an optimization profile's plan other than profile 0 (the shapes cuDLA
+        sees) runs these inputs."""
+        return self._mod.loaded.profiles is not None and \
+            [a.shape for a in arrays] != [t.shape for t, _ in self._inputs]
+
+    def _submit_plan(self, arrays: list[np.ndarray], target: Stream) -> Future[list[np.ndarray]]:
+        """Queue a run in the profile plan the shapes pick (bound on first use): the module's
+        lock keeps its tasks one at a time, as for profile 0."""
+        loaded = self._mod.loaded
+        assert loaded.profiles is not None
+        try:
+            choose_profile(loaded.profiles, [a.shape for a in arrays])
+        except ProfileShapeError as e:
+            raise InvalidParamError(str(e)) from None
+        with self._lock:
+            self._check_open()
+            self._inflight += 1
+        future: Future[list[np.ndarray]] = Future()
+
+        def run() -> None:
+            try:
+                with self._mod.lock:
+                    outputs = loaded.run(arrays)
+            except BaseException as e:  # the future carries it to whoever waits
+                future.set_exception(e)
+            else:
+                future.set_result(outputs)
+            finally:
+                with self._lock:
+                    self._inflight -= 1
+                    self._idle.notify_all()
+
+        try:
+            target._enqueue(run)
+        except BaseException:
+            with self._lock:
+                self._inflight -= 1
+                self._idle.notify_all()
+            raise
+        return future
 
     def _plan(self, arrays: list[np.ndarray], bufs: _Buffers,
               statistics: int | None = None) -> TaskPlan:
@@ -245,6 +287,8 @@ class Module(_Closable):
         future's result is the list of outputs."""
         target = stream or self._device.default_stream
         arrays = self._arrays(inputs)
+        if self._other_plan(arrays):
+            return self._submit_plan(arrays, target)
         bufs = self._acquire()
         try:
             plan = self._plan(arrays, bufs)
@@ -277,8 +321,13 @@ class Module(_Closable):
 
     def profile(self, inputs: Sequence[Any] | Mapping[str, Any]
                 ) -> tuple[list[np.ndarray], TaskStatistics]:
-        """One inference with a task-statistics buffer: outputs and per-layer times."""
+        """One inference with a task-statistics buffer: outputs and per-layer times (of
+        profile 0's shapes: the statistics are cuDLA's, which sees that plan alone)."""
         arrays = self._arrays(inputs)
+        if self._other_plan(arrays):
+            raise InvalidParamError(f"profile() runs the shapes cuDLA sees, "
+                                    f"{[list(t.shape) for t, _ in self._inputs]}; given "
+                                    f"{[list(a.shape) for a in arrays]}")
         bufs = self._acquire()
         stats_ptr, stats_view = self._allocate(self._mod.stats_descriptors[0], TASK_STATISTICS)
         try:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from pydla.frontend.onnx.ops.ml import zipmap_outputs
 from pydla.ir import Graph
 from pydla.loadable import Program, read_loadable, write_loadable
 from pydla.passes import PassContext, PassManager, default_passes
+from pydla.plan import profiles
 from pydla.plan.calibrate import tensor_ranges
 from pydla.plan.layouts import assign_layouts
 from pydla.plan.lower import IOFormat, lower
@@ -85,6 +87,14 @@ class BuildOptions:
     # The most memory the build may use (bytes; --buildMemoryLimit). None: the larger of
     # MEMORY_SHARE of this machine's memory and --memPoolSize=workspace (docs/builder.md).
     memory_limit: int | None = None
+    # --minShapes/--optShapes/--maxShapes: an optimization profile, built as one loadable
+    # holding a plan per shape set, weights shared (pydla.plan.profiles; docs/builder.md).
+    min_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    opt_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    max_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    # The most plans a profile whose batch rows are not proven independent may take (one
+    # per shape in range); more is refused before anything is built.
+    max_profile_plans: int = 64
 
 
 def load_model(model: onnx.ModelProto | str | os.PathLike[str] | bytes) -> onnx.ModelProto:
@@ -224,7 +234,29 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
         if options.verbose and options.log is not None:
             for line in rewrites:
                 options.log(f"adjust_for_dla: {line}")
+    if options.min_shapes or options.opt_shapes or options.max_shapes:
+        return _build_profile(proto, options, zipmaps)
     dla = dla_build.plan(proto, options)
+    meta, weights = _lower_model(proto, options, zipmaps, dla)
+    data = write_loadable(meta, weights)
+    if options.target == "cuda" and autotune_on_gpu(options, meta["target"].get("cuda_arch")):
+        tuned = _tune_on_gpu(data, options)
+        meta["target"]["cuda_tactics"] = tuned["tactics"]
+        meta["build"]["cuda_autotune"] = {k: tuned[k] for k in ("seconds", "timed_layers", "ms")}
+        data = write_loadable(meta, weights)
+    limit = options.mem_pools.get("workspace")
+    if limit is not None:
+        needed = workspace_bytes(read_loadable(data), options.target)
+        if needed > limit:
+            raise BuildError(f"the engine needs {needed} bytes of workspace; "
+                             f"--memPoolSize=workspace:{limit}B is too small (use at least "
+                             f"workspace:{needed}B)")
+    return data
+
+
+def _lower_model(proto: onnx.ModelProto, options: BuildOptions, zipmaps: Any,
+                 dla: Any = None) -> tuple[dict[str, Any], dict[int, np.ndarray]]:
+    """The model at ``options.shapes``, optimized, tuned and lowered: (meta, weights)."""
     ctx = PassContext(verbose=options.verbose, echo=options.log)
     graph = build_graph(proto, options, ctx)
     target: dict[str, Any] = {"backend": options.target, "dla_core": options.dla_core,
@@ -244,19 +276,71 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
                                              options.dla_standalone, options.gpu_fallback)
     meta, weights = lower(graph, input_formats=options.input_formats,
                           output_formats=options.output_formats, target=target, build=build_info)
-    data = write_loadable(meta, weights)
-    if options.target == "cuda" and autotune_on_gpu(options, target.get("cuda_arch")):
-        tuned = _tune_on_gpu(data, options)
-        meta["target"]["cuda_tactics"] = tuned["tactics"]
-        meta["build"]["cuda_autotune"] = {k: tuned[k] for k in ("seconds", "timed_layers", "ms")}
-        data = write_loadable(meta, weights)
-    limit = options.mem_pools.get("workspace")
-    if limit is not None:
-        needed = workspace_bytes(read_loadable(data), options.target)
-        if needed > limit:
-            raise BuildError(f"the engine needs {needed} bytes of workspace; "
-                             f"--memPoolSize=workspace:{limit}B is too small (use at least "
-                             f"workspace:{needed}B)")
+    return meta, weights
+
+
+def _build_profile(proto: onnx.ModelProto, options: BuildOptions, zipmaps: Any) -> bytes:
+    """An optimization profile: a plan per shape set of pydla.plan.profiles.plan_shapes,
+    each built as a fixed-shape loadable would be, merged into one loadable."""
+    refused = [flag for flag, on in (("--target=cuda", options.target != "cpu"),
+                                     ("--useDLACore (the DLA has no dynamic shapes)",
+                                      options.dla_core is not None),
+                                     ("--int8", options.int8 is not None),
+                                     ("--calibrationInputs", bool(options.calibration)))
+               if on]
+    if refused:
+        raise BuildError(f"an optimization profile (--minShapes/--optShapes/--maxShapes) is "
+                         f"built for the CPU, without {', '.join(refused)}: give fixed --shapes")
+    ranges = profiles.parse_profile(options.min_shapes, options.opt_shapes, options.max_shapes,
+                                    options.shapes)
+    inits = {t.name for t in proto.graph.initializer}
+    model_inputs = {v.name: v for v in proto.graph.input if v.name not in inits}
+    unknown = [p.name for p in ranges if p.name not in model_inputs]
+    if unknown:
+        raise BuildError(f"the optimization profile names {unknown}, which are not inputs of "
+                         f"the model ({list(model_inputs)})")
+    symbols = {(name, axis): d.dim_param for name, v in model_inputs.items()
+               for axis, d in enumerate(v.type.tensor_type.shape.dim) if d.dim_param}
+    limit, _ = build_memory_limit(options)
+    batched = {p.name for p in ranges if p.varying()}
+
+    def prove(b1: int, b2: int) -> str | None:
+        graphs = []
+        for b in (b1, b2):
+            shapes = {**options.shapes, **{p.name: (b, *p.opt[1:]) if p.name in batched
+                                           else p.opt for p in ranges}}
+            graphs.append((import_model(proto, shapes, options.input_values,
+                                        memory_limit=limit), b))
+        return profiles.batch_rows_independent(graphs, batched)
+
+    plan_set = profiles.plan_shapes(ranges, symbols, prove, options.max_profile_plans)
+    say = options.log if options.verbose and options.log is not None else None
+    if say is not None:
+        how = ("batch padding (rows proven independent)" if plan_set.pad_batch
+               else f"exact plans ({plan_set.why_exact})" if plan_set.why_exact else "fixed")
+        say(f"profile: {len(plan_set.shapes)} plans, {how}")
+    with tempfile.TemporaryDirectory(prefix="pydla-profile-") as tmp:
+        # plans share their layers' kernel timings through one timing cache
+        cache = options.timing_cache or os.path.join(tmp, "timing.json")
+        plans = []
+        for shapes in plan_set.shapes:
+            if say is not None:
+                say(f"profile: building the plan for {shapes}")
+            plans.append(_lower_model(proto, replace(
+                options, shapes={**options.shapes, **shapes}, min_shapes={}, opt_shapes={},
+                max_shapes={}, timing_cache=cache), zipmaps))
+    meta, weights, extra = profiles.merge_plans(plans, ranges, plan_set.pad_batch)
+    meta["build"]["profile"] = {"plans": len(plans), "pad_batch": plan_set.pad_batch,
+                                "why_exact": plan_set.why_exact}
+    data = write_loadable(meta, weights, extra)
+    limit_ws = options.mem_pools.get("workspace")
+    if limit_ws is not None:
+        program = read_loadable(data)
+        for k in range(len(plans)):
+            needed = workspace_bytes(program.profile_program(k), options.target)
+            if needed > limit_ws:
+                raise BuildError(f"profile {k} needs {needed} bytes of workspace; "
+                                 f"--memPoolSize=workspace:{limit_ws}B is too small")
     return data
 
 

@@ -24,7 +24,7 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,12 @@ class InferenceSession:
             self._outputs = [_Tensor(t.name, t.shape, t.dtype, _labels(maps, t.name)) for t in
                              (program.tensors[io.tensor] for io in program.outputs)]
             self._modules[tuple(tuple(t.shape) for t in self._inputs)] = module
+            # an optimization profile's loadable runs every shape in its range (the module
+            # picks the plan): dims that differ between its plans are symbolic, as in ONNX
+            self._profiled = module if program.profiles is not None else None
+            if self._profiled is not None:
+                self._inputs, self._outputs = _profile_dims(program, self._inputs,
+                                                            self._outputs)
         else:
             self._inputs, self._outputs = _onnx_io(self._onnx)
             self._digest = hashlib.sha256(self._onnx).hexdigest()
@@ -216,6 +222,8 @@ class InferenceSession:
             if found is not None:
                 self._modules.move_to_end(shapes)
                 return found
+            if self._onnx is None and self._profiled is not None:
+                return self._profiled
             if self._onnx is None:
                 raise SessionError(f"the loadable runs shapes "
                                    f"{[t.shape for t in self._inputs]} only, given "
@@ -260,6 +268,22 @@ class InferenceSession:
 
             backend = CudaBackend()
         return LoadedModule(data, backend)
+
+
+def _profile_dims(program: Any, inputs: list[_Tensor], outputs: list[_Tensor]
+                  ) -> tuple[list[_Tensor], list[_Tensor]]:
+    """Inputs and outputs with None for each dim that differs between the profile's plans."""
+    plans = [program.profile_program(k) for k in range(len(program.profiles.profiles))]
+
+    def dims(tensors: list[_Tensor], kind: str) -> list[_Tensor]:
+        out = []
+        for j, t in enumerate(tensors):
+            shapes = {p.tensors[getattr(p, kind)[j].tensor].shape for p in plans}
+            out.append(replace(t, shape=tuple(d if len({s[a] for s in shapes}) == 1 else None
+                                              for a, d in enumerate(t.shape))))
+        return out
+
+    return dims(inputs, "inputs"), dims(outputs, "outputs")
 
 
 def _providers(providers: Sequence[Any] | None) -> list[str]:
@@ -359,16 +383,6 @@ def _check_type(t: _Tensor, shape: Sequence[int], dtype: np.dtype) -> None:
         if isinstance(dim, int) and got != dim:
             raise SessionError(f"input {t.name!r}: dimension {axis} is {got}, expected "
                                f"{dim} ({_dims(t.shape)})")
-
-
-def _labels(maps: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
-    return tuple(int(v) for v in maps[name]) if name in maps else None
-
-
-def _zipped(y: np.ndarray, labels: Sequence[int]) -> list[dict[int, float]]:
-    """ZipMap's sequence of maps, one {label: probability} per row, as onnxruntime."""
-    rows = np.asarray(y).reshape(-1, len(labels)).tolist()
-    return [dict(zip(labels, row)) for row in rows]
 
 
 def _labels(maps: Mapping[str, Any], name: str) -> tuple[int, ...] | None:

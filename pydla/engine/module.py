@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,11 +14,16 @@ from pydla.dtypes import DType, to_compute, to_storage
 from pydla.engine.inputs import check_input
 from pydla.engine.memory import check_program_memory
 from pydla.errors import PydlaError
-from pydla.loadable import IOTensor, Program, read_loadable
+from pydla.loadable import IOTensor, ProfileSet, Program, read_loadable
 
 
 class IOError_(PydlaError):
     """User-supplied input or output buffers do not fit the module."""
+
+
+class ProfileShapeError(IOError_):
+    """Input shapes outside a loadable's optimization profile (or, in a profile without
+    batch padding, shapes no plan runs): names the input, the shape and the range."""
 
 
 def default_backend() -> Backend:
@@ -39,6 +45,11 @@ class LoadedModule:
                            for io in self.program.inputs]
         self._out_arrays = [np.empty(self._tensor(io).shape, self._tensor(io).dtype.np)
                             for io in self.program.outputs]
+        # An optimization profile's other plans are bound on first use (one arena each).
+        self.profiles: ProfileSet | None = self.program.profiles
+        self._main_shapes = [self._tensor(io).shape for io in self.program.inputs]
+        self._plans: dict[int, tuple[Program, Any]] = {}
+        self._plans_lock = threading.Lock()
 
     def _tensor(self, io: IOTensor):  # noqa: ANN202
         return self.program.tensors[io.tensor]
@@ -73,6 +84,10 @@ class LoadedModule:
         if len(inputs) != len(self.program.inputs):
             raise IOError_(f"{len(inputs)} inputs given, the module takes "
                            f"{len(self.program.inputs)}")
+        if self.profiles is not None:
+            shapes = [np.shape(x) for x in inputs]
+            if shapes != self._main_shapes:
+                return self._run_profile(inputs, shapes)
         arrays = []
         for io, x in zip(self.program.inputs, inputs):
             t = self._tensor(io)
@@ -82,6 +97,37 @@ class LoadedModule:
         outputs = [np.empty_like(a) for a in self._out_arrays]
         self.bound.execute(arrays, outputs)
         return outputs
+
+    def _run_profile(self, inputs: Sequence[Any], shapes: list[tuple[int, ...]]
+                     ) -> list[np.ndarray]:
+        """Run in the plan the shapes pick; a batch without a plan of its own is padded
+        with copies of its last row (rows are independent: any values do) and sliced."""
+        assert self.profiles is not None
+        index, batch = choose_profile(self.profiles, shapes)
+        program, bound = self.plan(index)
+        arrays = []
+        for io, x, r in zip(program.inputs, inputs, self.profiles.ranges):
+            t = program.tensors[io.tensor]
+            x = np.asarray(x)
+            if batch is not None and r.min != r.max and x.shape[0] < t.shape[0]:
+                x = np.concatenate([x, np.repeat(x[-1:], t.shape[0] - x.shape[0], axis=0)])
+            arrays.append(check_input(t.name, x, t.shape, t.dtype, IOError_))
+        outputs = [np.empty(program.tensors[io.tensor].shape,
+                            program.tensors[io.tensor].dtype.np) for io in program.outputs]
+        bound.execute(arrays, outputs)
+        return outputs if batch is None else [y[:batch] for y in outputs]
+
+    def plan(self, index: int) -> tuple[Program, Any]:
+        """Profile ``index``'s program and bound executor, bound on first use."""
+        if index == 0:
+            return self.program, self.bound
+        with self._plans_lock:
+            found = self._plans.get(index)
+            if found is None:
+                program = self.program.profile_program(index)
+                check_program_memory(program, self.backend.name)
+                found = self._plans[index] = (program, self.backend.bind(program))
+            return found
 
     # -- raw buffers in the I/O formats ------------------------------------------------
     def run_buffers(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
@@ -99,6 +145,36 @@ class LoadedModule:
                                                                   io.dtype)
             out = buf[:io.descriptor.size].view(io.dtype.np)
             formats.pack(logical, io.format, out=out)
+
+
+def choose_profile(profiles: ProfileSet, shapes: Sequence[tuple[int, ...]]
+                   ) -> tuple[int, int | None]:
+    """(index of the profile running ``shapes``, the batch to slice its outputs to when it
+    runs them padded, else None); ProfileShapeError when none does."""
+    for r, shape in zip(profiles.ranges, shapes):
+        shape = tuple(shape)
+        if len(shape) != len(r.opt) or not all(
+                lo <= d <= hi for d, lo, hi in zip(shape, r.min, r.max)):
+            raise ProfileShapeError(f"input {r.name!r}: shape {shape} is outside the "
+                                    f"optimization profile [min {r.min}, max {r.max}]")
+    wanted = tuple(tuple(s) for s in shapes)
+    for k, prof in enumerate(profiles.profiles):
+        if prof.shapes == wanted:
+            return k, None
+    if not profiles.pad_batch:
+        held = [[list(s) for s in p.shapes] for p in profiles.profiles]
+        raise ProfileShapeError(f"no plan runs shapes {[list(s) for s in wanted]}; the "
+                                f"loadable holds {held}")
+    varying = [j for j, r in enumerate(profiles.ranges) if r.min != r.max]
+    sizes = {wanted[j][0] for j in varying}
+    if len(sizes) != 1:
+        names = [profiles.ranges[j].name for j in varying]
+        raise ProfileShapeError(f"inputs {names} share the batch (axis 0), given "
+                                f"{[wanted[j][0] for j in varying]}")
+    batch = sizes.pop()
+    k = min((k for k, p in enumerate(profiles.profiles) if p.shapes[varying[0]][0] >= batch),
+            key=lambda k: profiles.profiles[k].shapes[varying[0]][0])
+    return k, batch
 
 
 def _convert_into(dst: np.ndarray, src: np.ndarray, src_type: DType, dst_type: DType) -> None:

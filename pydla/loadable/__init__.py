@@ -4,8 +4,17 @@
 only two places that know the byte layout.
 """
 
-from pydla.loadable.program import IOTensor, LayerInfo, Program, TensorInfo
+from pydla.loadable.program import (
+    InputRange,
+    IOTensor,
+    LayerInfo,
+    Profile,
+    ProfileSet,
+    Program,
+    TensorInfo,
+)
 from pydla.loadable.reader import read_loadable
 from pydla.loadable.writer import write_loadable
 
-__all__ = ["IOTensor", "LayerInfo", "Program", "TensorInfo", "read_loadable", "write_loadable"]
+__all__ = ["IOTensor", "InputRange", "LayerInfo", "Profile", "ProfileSet", "Program", "TensorInfo",
+           "read_loadable", "write_loadable"]

@@ -7,7 +7,9 @@ import struct
 MAGIC = b"PYDLALD\x00"
 VERSION_MAJOR = 1
 # 1: a tensor's alias may be of kind "reshape" (a 1.0 reader refuses it: bad alias kind)
-# 2: "subprograms" (Loop bodies) and the Loop layer (a 1.1 reader refuses the op)
+# 2: "subprograms" (Loop bodies) and the Loop layer (a 1.1 reader refuses the op);
+#    optimization profiles: "shape_range" and "profiles", a plan per shape set sharing the
+#    weights section (a 1.1 reader ignores them and runs profile 0, the top level, alone)
 VERSION_MINOR = 2
 HEADER_SIZE = 128
 ALIGNMENT = 64
@@ -33,6 +35,7 @@ MAX_RANK = 8
 MAX_DIM = 2**31 - 1
 MAX_TENSORS = 1 << 20
 MAX_ARENA_BYTES = 1 << 40
+MAX_PROFILES = 4096  # plans of one optimization profile (the builder's limit is lower)
 
 
 def align(x: int, a: int = ALIGNMENT) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,39 @@ class ProgramBody:
 
 
 @dataclass(frozen=True)
+class InputRange:
+    """One input's optimization-profile range (--minShapes/--optShapes/--maxShapes)."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One plan of an optimization profile: the input shapes it runs; ``body`` None for
+    profile 0, which is the loadable's top-level program (the opt shapes)."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    body: ProgramBody | None
+
+
+@dataclass(frozen=True)
+class ProfileSet:
+    """The plans of a loadable built for a range of shapes (docs/loadable-format.md).
+
+    ``pad_batch``: the builder proved the rows of axis 0 independent, so a batch without a
+    plan of its own runs in the smallest plan holding it, padded, its outputs sliced;
+    otherwise a shape runs only in a plan of exactly its shapes (the builder makes one for
+    every shape in range)."""
+
+    ranges: tuple[InputRange, ...]
+    pad_batch: bool
+    profiles: tuple[Profile, ...]
+
+
+@dataclass(frozen=True)
 class Program:
     version: tuple[int, int]
     producer: dict[str, Any]
@@ -79,6 +112,17 @@ class Program:
     build: dict[str, Any] = field(default_factory=dict)
     # Programs a layer runs (a Loop's body: pydla.loadable.rules_control), by index.
     subprograms: tuple[ProgramBody, ...] = ()
+    profiles: ProfileSet | None = None
+
+    def profile_program(self, index: int) -> Program:
+        """Profile ``index`` as a program of its own, sharing this one's weights."""
+        if index == 0 or self.profiles is None:
+            return self
+        body = self.profiles.profiles[index].body
+        assert body is not None  # the reader gives every profile but the first a body
+        return replace(self, tensors=body.tensors, layers=body.layers, inputs=body.inputs,
+                       outputs=body.outputs, arena_bytes=body.arena_bytes, subprograms=(),
+                       profiles=None)
 
     def weight(self, t: TensorInfo) -> np.ndarray:
         """Zero-copy, read-only view of a weight tensor."""

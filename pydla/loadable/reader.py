@@ -28,6 +28,7 @@ from pydla.loadable.format import (
     MAGIC,
     MAX_ARENA_BYTES,
     MAX_DIM,
+    MAX_PROFILES,
     MAX_RANK,
     MAX_TENSORS,
     TENSOR_KINDS,
@@ -37,8 +38,11 @@ from pydla.loadable.format import (
 from pydla.loadable.program import (
     ALIAS_KINDS,
     RESHAPES,
+    InputRange,
     IOTensor,
     LayerInfo,
+    Profile,
+    ProfileSet,
     Program,
     ProgramBody,
     TensorInfo,
@@ -215,7 +219,132 @@ class _Validator:
         return Program(version=(major, minor), producer=producer, target=target,
                        tensors=body.tensors, layers=body.layers, inputs=body.inputs,
                        outputs=body.outputs, arena_bytes=body.arena_bytes,
-                       weights=self.weights, build=build, subprograms=subprograms)
+                       weights=self.weights, build=build, subprograms=subprograms,
+                       profiles=self.profile_set(body))
+
+    def profile_set(self, main: ProgramBody) -> ProfileSet | None:
+        """The optimization profile (format 1.2): each plan a full program, checked as the
+        top level is, whose inputs and outputs are the top level's at the plan's shapes."""
+        meta = self.meta
+        if "shape_range" not in meta and "profiles" not in meta:
+            return None
+        rng = self.get(meta, "shape_range", dict, "")
+        pad_batch = self.get(rng, "pad_batch", bool, "shape_range")
+        entries = self.count(rng, "inputs", "shape_range", len(main.inputs))
+        if len(entries) != len(main.inputs):
+            raise self.fail("shape_range.inputs", f"{len(entries)} ranges for "
+                            f"{len(main.inputs)} inputs")
+        ranges = tuple(self.input_range(k, e, main.tensors[io.tensor])
+                       for k, (e, io) in enumerate(zip(entries, main.inputs)))
+        items = self.count(meta, "profiles", "", MAX_PROFILES)
+        if not items:
+            raise self.fail("profiles", "no profile: profile 0 is the top-level program")
+        first = items[0]
+        if not isinstance(first, dict) or set(first) != {"shapes"}:
+            raise self.fail("profiles[0]", "profile 0 is the top-level program: it holds its "
+                            "shapes only")
+        profiles = [Profile(self.plan_shapes(first, ranges, "profiles[0]"), None)]
+        if profiles[0].shapes != tuple(main.tensors[io.tensor].shape for io in main.inputs):
+            raise self.fail("profiles[0].shapes", "differ from the top-level inputs' shapes")
+        for k, item in enumerate(items[1:], 1):
+            path = f"profiles[{k}]"
+            shapes = self.plan_shapes(item, ranges, path)
+            body = self.program(item, f"{path}.")
+            loops = [lay.index for lay in body.layers if lay.op == "Loop"]
+            if loops:  # a Loop's body is a top-level sub-program, made for profile 0's shapes
+                raise self.fail(f"{path}.layers[{loops[0]}]", "a Loop layer in a profile "
+                                "other than 0")
+            self.same_io(main, body, shapes, path)
+            profiles.append(Profile(shapes, body))
+        seen: dict[tuple[tuple[int, ...], ...], int] = {}
+        for k, prof in enumerate(profiles):
+            if prof.shapes in seen:
+                raise self.fail(f"profiles[{k}].shapes", f"repeat profiles[{seen[prof.shapes]}]")
+            seen[prof.shapes] = k
+        if pad_batch:
+            self.batch_padding(ranges, profiles, main)
+        return ProfileSet(ranges, pad_batch, tuple(profiles))
+
+    def input_range(self, k: int, e: Any, t: TensorInfo) -> InputRange:
+        path = f"shape_range.inputs[{k}]"
+        name = self.get(e, "name", str, path)
+        if name != t.name:
+            raise self.fail(f"{path}.name", f"{name!r}, the input is {t.name!r}")
+        lo, opt, hi = (self.dims(e, key, path, len(t.shape)) for key in ("min", "opt", "max"))
+        if not all(a <= b <= c for a, b, c in zip(lo, opt, hi)):
+            raise self.fail(path, f"input {name!r}: min {list(lo)} <= opt {list(opt)} <= "
+                            f"max {list(hi)} does not hold")
+        if opt != t.shape:
+            raise self.fail(f"{path}.opt", f"{list(opt)} is not the top-level shape "
+                            f"{list(t.shape)} of {name!r}")
+        return InputRange(name, lo, opt, hi)
+
+    def dims(self, obj: Any, key: str, path: str, rank: int) -> tuple[int, ...]:
+        values = self.get(obj, key, list, path)
+        if len(values) != rank or not all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM
+                for d in values):
+            raise self.fail(f"{path}.{key}", f"{values!r} is not {rank} dimensions in "
+                            f"[0, {MAX_DIM}]")
+        return tuple(values)
+
+    def plan_shapes(self, item: Any, ranges: tuple[InputRange, ...], path: str
+                    ) -> tuple[tuple[int, ...], ...]:
+        shapes = self.count(item, "shapes", path, len(ranges))
+        if len(shapes) != len(ranges):
+            raise self.fail(f"{path}.shapes", f"{len(shapes)} shapes for {len(ranges)} inputs")
+        out = []
+        for j, (values, r) in enumerate(zip(shapes, ranges)):
+            if not isinstance(values, list) or len(values) != len(r.opt) or not all(
+                    isinstance(d, int) and not isinstance(d, bool) and lo <= d <= hi
+                    for d, lo, hi in zip(values, r.min, r.max)):
+                raise self.fail(f"{path}.shapes[{j}]", f"{values!r} is not a shape of "
+                                f"{r.name!r} in [{list(r.min)}, {list(r.max)}]")
+            out.append(tuple(values))
+        return tuple(out)
+
+    def same_io(self, main: ProgramBody, body: ProgramBody,
+                shapes: tuple[tuple[int, ...], ...], path: str) -> None:
+        """A plan takes the top level's inputs at its shapes, and gives its outputs."""
+        for kind, ours, theirs in (("inputs", body.inputs, main.inputs),
+                                   ("outputs", body.outputs, main.outputs)):
+            if len(ours) != len(theirs):
+                raise self.fail(f"{path}.{kind}", f"{len(ours)} {kind}, the top level has "
+                                f"{len(theirs)}")
+            for j, (a, b) in enumerate(zip(ours, theirs)):
+                ta, tb = body.tensors[a.tensor], main.tensors[b.tensor]
+                if (ta.name, ta.dtype, a.dtype, a.format, len(ta.shape)) != (
+                        tb.name, tb.dtype, b.dtype, b.format, len(tb.shape)):
+                    raise self.fail(f"{path}.{kind}[{j}]", f"{ta.name!r} ({a.format}, "
+                                    f"{a.dtype.name.lower()}) is not the top level's {tb.name!r} "
+                                    f"({b.format}, {b.dtype.name.lower()})")
+                if kind == "inputs" and ta.shape != shapes[j]:
+                    raise self.fail(f"{path}.{kind}[{j}]", f"{ta.name!r} has shape "
+                                    f"{list(ta.shape)}, the profile says {list(shapes[j])}")
+
+    def batch_padding(self, ranges: tuple[InputRange, ...], profiles: list[Profile],
+                      main: ProgramBody) -> None:
+        """Padding runs a batch in a larger plan and slices its outputs: only axis 0 may
+        vary, over one range shared by the inputs, and every output's axis 0 is the batch."""
+        varying = [r for r in ranges if r.min != r.max]
+        bounds = {(r.min[0], r.max[0]) for r in varying}
+        if any(r.min[1:] != r.max[1:] for r in varying) or len(bounds) > 1:
+            raise self.fail("shape_range.pad_batch", "padding needs the inputs' axis 0 alone "
+                            "to vary, over one range")
+        if not varying:
+            return
+        largest = bounds.pop()[1]
+        batches = []
+        for k, prof in enumerate(profiles):
+            sizes = {shape[0] for shape, r in zip(prof.shapes, ranges) if r.min != r.max}
+            body = main if prof.body is None else prof.body
+            outs = {body.tensors[io.tensor].shape[:1] for io in body.outputs}
+            if len(sizes) != 1 or outs != {(min(sizes),)}:
+                raise self.fail(f"profiles[{k}].shapes", "padding needs one batch for every "
+                                "varying input and every output")
+            batches.append(sizes.pop())
+        if largest not in batches:
+            raise self.fail("profiles", f"no profile runs the largest batch {largest}")
 
     def tensor(self, i: int, t: Any, arena: int, prefix: str) -> TensorInfo:
         path = f"{prefix}tensors[{i}]"

@@ -26,6 +26,13 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("build flags (as for pydla build)")
     g.add_argument("--shapes", help="fix dynamic inputs: name:1x3x224x224,…; a shape tensor's "
                    "value: name:[1,2,3]")
+    for flag, which in (("--minShapes", "smallest"), ("--optShapes", "opt (profile 0, the "
+                        "shapes cuDLA sees)"), ("--maxShapes", "largest")):
+        g.add_argument(flag, help=f"optimization profile, the {which} shapes: "
+                       "name:1x3x224x224,…; with the other two, one loadable runs every shape "
+                       "in range (docs/builder.md, 'Optimization profiles')")
+    g.add_argument("--maxProfilePlans", type=int, default=64, help="the most plans a profile "
+                   "whose batch cannot be padded may take (one per shape; default 64)")
     g.add_argument("--inputIOFormats", help="type:format per input, in order")
     g.add_argument("--outputIOFormats", help="type:format per output, in order")
     g.add_argument("--builderOptimizationLevel", type=int, default=3, choices=range(0, 6),
@@ -87,6 +94,7 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
     from pydla.plan.precision import load_calibration
 
     shapes, values = parse_shapes(args.shapes)
+    profile = profile_shapes(args)
     int8, allowed = best_precisions(args)
     return BuildOptions(
         shapes=shapes, input_values=values,
@@ -101,7 +109,25 @@ def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = 
         target=getattr(args, "target", "cpu"), int8=int8,
         no_tf32=getattr(args, "noTF32", False),
         memory_limit=(parse_size(args.buildMemoryLimit, "--buildMemoryLimit")
-                      if args.buildMemoryLimit else None))
+                      if args.buildMemoryLimit else None),
+        min_shapes=profile["minShapes"], opt_shapes=profile["optShapes"],
+        max_shapes=profile["maxShapes"],
+        max_profile_plans=getattr(args, "maxProfilePlans", 64))
+
+
+def profile_shapes(args: argparse.Namespace) -> dict[str, dict[str, tuple[int, ...]]]:
+    """--minShapes/--optShapes/--maxShapes in trtexec's syntax (as --shapes, shapes only)."""
+    out = {}
+    for key in ("minShapes", "optShapes", "maxShapes"):
+        try:
+            shapes, values = parse_shapes(getattr(args, key, None))
+        except FlagError as e:
+            raise FlagError(str(e).replace("--shapes", f"--{key}", 1)) from None
+        if values:
+            raise FlagError(f"--{key} takes shapes (name:1x3x224x224), not a shape "
+                            f"tensor's values ({sorted(values)})")
+        out[key] = shapes
+    return out
 
 
 def best_precisions(args: argparse.Namespace

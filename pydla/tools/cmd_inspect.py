@@ -34,7 +34,10 @@ def run(args: argparse.Namespace) -> int:
     if is_loadable(data):
         from pydla.loadable import read_loadable
 
-        info = inspect_loadable(read_loadable(data))
+        program = read_loadable(data)
+        info = inspect_loadable(program)
+        if program.profiles is not None:
+            info["profiles"] = profiles_info(program)
         lines = loadable_text(info)
     else:
         from pydla.builder import load_model
@@ -103,4 +106,26 @@ def loadable_text(info: dict[str, Any]) -> list[str]:
                  + ", ".join(f"{k} x{n}" for k, n in info["precisions"].items())
                  + "; tactics " + ", ".join(f"{k} x{n}" for k, n in info["tactics"].items()))
     lines += format_layer_info(info).splitlines()
+    prof = info.get("profiles")
+    if prof:
+        lines.append(f"Optimization profile: {len(prof['plans'])} plans, "
+                     + ("batch padding" if prof["pad_batch"] else "exact shapes only")
+                     + "; ranges " + ", ".join(f"{r['name']} {r['min']}..{r['max']} "
+                                               f"(opt {r['opt']})" for r in prof["ranges"]))
+        for k, plan in enumerate(prof["plans"]):
+            lines.append(f"  profile {k}: {plan['shapes']}, {plan['layers']} layers, arena "
+                         f"{plan['arena_bytes']:,} bytes" + (" (what cuDLA sees)" if k == 0
+                                                            else ""))
     return lines
+
+
+def profiles_info(program: Any) -> dict[str, Any]:
+    """The optimization profile's ranges and plans (pydla.loadable.ProfileSet)."""
+    ps = program.profiles
+    plans = [program.profile_program(k) for k in range(len(ps.profiles))]
+    return {"pad_batch": ps.pad_batch,
+            "ranges": [{"name": r.name, "min": list(r.min), "opt": list(r.opt),
+                        "max": list(r.max)} for r in ps.ranges],
+            "plans": [{"shapes": {r.name: list(s) for r, s in zip(ps.ranges, prof.shapes)},
+                       "layers": len(p.layers), "arena_bytes": p.arena_bytes}
+                      for prof, p in zip(ps.profiles, plans)]}

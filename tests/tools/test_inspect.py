@@ -78,7 +78,7 @@ def test_loadable_text_and_json(engine, capsys):
     _, bin_path = engine
     assert main(["inspect", str(bin_path)]) == 0
     out = capsys.readouterr().out
-    assert "Loadable: format 1.1, producer pydla" in out
+    assert "Loadable: format 1.2, producer pydla" in out
     assert "Input  x: (1, 3, 8, 8) float32; buffer float32:chw, 768 bytes" in out
     assert "Layers: 3; precisions fp32 x3; tactics " in out  # tactics: whichever timed fastest
     assert "[from conv2, bn2, relu2]" in out and "Memory: activations" in out
