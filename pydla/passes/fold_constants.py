@@ -21,8 +21,10 @@ class FoldConstants(Pass):
         outputs = {id(v) for v in graph.outputs}
         for node in list(graph.nodes):
             # A graph output must stay a tensor some layer writes (its name is the user's).
+            # A Loop of constants stays a layer: only the program holding its body runs it
+            # (pydla.backends.cpu.loop); the importer unrolls the loops small enough to fold.
             if (not all(v is None or v.is_const for v in node.inputs)
-                    or any(id(v) in outputs for v in node.outputs)):
+                    or any(id(v) in outputs for v in node.outputs) or node.op == "Loop"):
                 continue
             # Checked before computing, in Python ints (an int64 product of a hostile
             # shape wraps around to a small number).

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from pydla.builder import BuildOptions, build
 from pydla.dtypes import DType
 from pydla.engine import LoadedModule
-from pydla.errors import KernelError, LoadableError, ModelImportError
+from pydla.errors import KernelError, LoadableError, ModelImportError, NotConstantError
 from pydla.formats import describe
 from pydla.loadable import read_loadable
 from tests.oracle import check_against_ort, make_model, run_ort
@@ -91,6 +91,31 @@ def test_loop_carried_state_over_a_constant_trip_count_too_long_to_unroll() -> N
     data = build(model, FAST)
     assert "Loop" in _ops(data)
     check_against_ort(model, _feeds(), options=FAST)
+
+
+def test_a_loop_of_constants_too_long_to_unroll_stays_a_layer() -> None:
+    # every input constant: fold_constants must leave the layer to the program running it
+    node = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=_body("never"))
+    add = helper.make_node("Add", ["y", "z"], ["out"])
+    model = make_model([node, add], {"z": (np.float32, [2, 3])}, ["out"],
+                       {"M": np.array(2000, np.int64), "y0": np.ones((2, 3), np.float32),
+                        "x": np.full((2, 3), 0.25, np.float32)}, opset=13)
+    check_against_ort(model, {"z": np.ones((2, 3), np.float32)}, options=FAST)
+
+
+def test_a_scan_output_asks_for_its_runtime_trip_count_as_a_build_time_value() -> None:
+    """onnx_backend then builds again with the value fixed, and the loop unrolls."""
+    body = _body("never")
+    body.output.append(_vi("y_out", F, [2, 3]))
+    node = helper.make_node("Loop", ["M", "", "y0"], ["y", "ys"], body=body)
+    model = make_model([node], {"M": (np.int64, []), "y0": (np.float32, [2, 3]),
+                                "x": (np.float32, [2, 3])}, ["y", "ys"], opset=13)
+    with pytest.raises(NotConstantError, match="1 scan outputs") as e:
+        build(model, FAST)
+    assert e.value.value == "M"
+    feeds = _feeds(M=np.array(4, np.int64))
+    check_against_ort(model, feeds, options=BuildOptions(
+        autotune=False, input_values={"M": feeds["M"]}))
 
 
 def test_a_short_constant_loop_is_still_unrolled() -> None:

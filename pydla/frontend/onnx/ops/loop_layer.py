@@ -27,6 +27,7 @@ import onnx
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu.backend import bind_layer
 from pydla.dtypes import DType
+from pydla.errors import NotConstantError
 from pydla.frontend.onnx.importer import ImportContext, OnnxNode, import_nodes, tensor_to_array
 from pydla.frontend.onnx.ops.loop_dynamic import DOMAIN, DYNAMIC_PARAMS
 from pydla.ir import Graph, Node, Value
@@ -136,11 +137,15 @@ def loop_layer(ctx: ImportContext, node: OnnxNode, m: Value | None, cond: Value 
         raise ctx.error(f"the body takes {len(body.input)} inputs, the loop gives "
                         f"{2 + n_carried}")
     if len(body.output) != 1 + n_carried:
-        raise ctx.error(
-            f"the body has {len(body.output) - 1 - n_carried} scan outputs; a Loop run as a "
-            "layer (trip count or condition known only at run time, or too long to unroll) "
-            "cannot stack them: their length is the number of iterations, and a loadable "
-            "has one shape per tensor")
+        why = (f"the body has {len(body.output) - 1 - n_carried} scan outputs; a Loop run as "
+               "a layer (trip count or condition known only at run time, or too long to "
+               "unroll) cannot stack them: their length is the number of iterations, and a "
+               "loadable has one shape per tensor")
+        dynamic = next((v for v in (m, cond) if v is not None and not v.is_const), None)
+        if dynamic is not None:  # fixing it at build time (--shapes=name:[v]) unrolls it
+            raise NotConstantError(f"{why}; {dynamic.name!r} must be a build-time constant",
+                                   node.name, node.op_type, dynamic.name)
+        raise ctx.error(why)
     for what, v, dtype in (("trip count M", m, DType.INT64), ("condition", cond, DType.BOOL)):
         if v is not None and (v.size != 1 or v.dtype is not dtype):
             raise ctx.error(f"the Loop {what} is {v.dtype.short}{list(v.shape)}; a single "
