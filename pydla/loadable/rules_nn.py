@@ -145,6 +145,7 @@ def _gemm(check: LayerCheck) -> Expected:
 def _pool(check: LayerCheck) -> Expected:
     check.arity(1, 1, (1, 2))
     kernel = check.ints("kernel_shape", None, None, 1, 1 << 20)
+    check.choice("storage_order", (0, 1), 0)  # MaxPool's indices output reads it as an int
     x_blocked, y_blocked = layouts(check)
     x = check.x(0, len(kernel) + (3 if x_blocked else 2))
     channels = x.shape[1] * BLOCK if x_blocked else x.shape[1]
