@@ -218,6 +218,12 @@ def _run_gpu(binding: IOBinding, module: Any, views: dict[str, _Bound],
     from pydla.backends.cuda.driver import memcpy_dtoh_async, stream_synchronize
 
     program = module.program
+    given = [tuple(views[name].shape) for name in module.input_names]
+    planned = [program.tensors[io.tensor].shape for io in program.inputs]
+    if given != planned:  # an optimization profile's other plans run through session.run
+        raise _error(f"inputs of shapes {given} on device buffers: the loadable's bound "
+                     f"program takes {planned} (other shapes of its optimization profile "
+                     "run through run(), on host copies)")
     for io in (*program.inputs, *program.outputs):
         t = program.tensors[io.tensor]
         if io.format != "chw" or io.dtype is not t.dtype:
