@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pydla.dtypes import to_compute
+from pydla.dtypes import DType, to_compute
 from pydla.loadable import LayerInfo, Program
 from pydla.tools.buildflags import add_build_flags, engine_bytes
 from pydla.tools.errorstats import (
@@ -45,6 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "with the build flags)")
     p.add_argument("--loadInputs", help="inputs: .npz keyed by name, or name:file.bin,… "
                    "(default: seeded random)")
+    p.add_argument("--load-inputs", dest="load_inputs", metavar="FILE.json",
+                   help="inputs in Polygraphy's JSON (`polygraphy run --save-inputs`): each "
+                   "iteration is run and compared")
+    p.add_argument("--save-inputs", dest="save_inputs", metavar="FILE.json",
+                   help="write the inputs used, in Polygraphy's JSON")
+    p.add_argument("--save-outputs", dest="save_outputs", metavar="FILE.json",
+                   help="write both runners' outputs as Polygraphy's RunResults "
+                   "(`polygraphy run --load-outputs` compares against them)")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs")
     p.add_argument("--atol", help=f"absolute tolerance, and per tensor name:value "
                    f"(default {DEFAULT_TOL:g})")
@@ -96,8 +104,10 @@ class Tolerances:
 def run(args: argparse.Namespace) -> int:
     from pydla.builder import load_model
     from pydla.engine import LoadedModule
+    from pydla.engine.inputs import check_input
     from pydla.tools.cmd_run import load_inputs
     from pydla.tools.layerwise import run_ort
+    from pydla.tools.polyjson import ORT_RUNNER, RUNNER
 
     check = parse_per_name(args.check_error_stat, "--check-error-stat", "elemwise", False)
     tols = Tolerances(parse_per_name(args.atol, "--atol", str(DEFAULT_TOL), True),
@@ -106,39 +116,76 @@ def run(args: argparse.Namespace) -> int:
     layer_tols = Tolerances(parse_per_name(args.layerwise_atol, "--layerwise-atol", "", True),
                             parse_per_name(args.layerwise_rtol, "--layerwise-rtol", "", True),
                             check)
+    if args.load_inputs and args.loadInputs:
+        raise FlagError("give --loadInputs (.npz or raw files) or --load-inputs (Polygraphy's "
+                        "JSON), not both")
     model = load_model(args.onnx)
     module = LoadedModule(engine_bytes(args, args.onnx))
     prog = module.program
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
-    inputs = load_inputs(args.loadInputs, module.input_names, [t.shape for t in tensors],
-                         [t.dtype for t in tensors], args.seed)
-    feeds = _ort_feeds(model, dict(zip(module.input_names, inputs)), args.shapes)
-    source = "seeded random" if not args.loadInputs else args.loadInputs
-    for name, x in feeds.items():
-        _info(f"Input {name} {x.shape} {x.dtype} ({source})")
-    if args.layerwise:
-        from pydla.tools.layerwise import with_all_outputs
+    shapes, dtypes = [t.shape for t in tensors], [t.dtype for t in tensors]
+    if args.load_inputs:
+        from pydla.tools.polyjson import load_feeds
 
-        reference = run_ort(with_all_outputs(model), feeds)
+        iterations = [[check_input(n, feed[n], shape, dt, FlagError) if n in feed else
+                       load_inputs(None, [n], [shape], [dt], args.seed)[0]
+                       for n, shape, dt in zip(module.input_names, shapes, dtypes)]
+                      for feed in load_feeds(args.load_inputs, module.input_names)]
     else:
-        reference = run_ort(model, feeds)
-    got = module.run(inputs)
-    _info(f"Comparing pydla ({args.loadEngine or 'built from ' + args.onnx}) with onnxruntime")
-    failed = 0
-    for name, y in zip(module.output_names, got):
-        if name not in reference:
-            raise FlagError(f"the engine's output {name!r} is not an output of {args.onnx}")
-        t = next(t for t in prog.tensors if t.name == name)
-        c = compare_arrays(to_compute(y, t.dtype), reference[name], tols.of(name))
-        for line in format_comparison(f"Output {name}", c, t.dtype.name.lower()):
-            _info(line)
-        failed += not c.passed
-    total = len(got)
+        iterations = [load_inputs(args.loadInputs, module.input_names, shapes, dtypes,
+                                  args.seed)]
+    source = args.load_inputs or args.loadInputs or "seeded random"
+    _info(f"Comparing pydla ({args.loadEngine or 'built from ' + args.onnx}) with onnxruntime"
+          + (f", {len(iterations)} iterations" if len(iterations) > 1 else ""))
+    failed = total = 0
+    saved: dict[str, list[dict[str, np.ndarray]]] = {RUNNER: [], ORT_RUNNER: []}
+    feeds_used = []
+    for k, inputs in enumerate(iterations):
+        feeds = _ort_feeds(model, dict(zip(module.input_names, inputs)), args.shapes)
+        feeds_used.append(feeds)
+        where = f" (iteration {k})" if len(iterations) > 1 else ""
+        for name, x in feeds.items():
+            _info(f"Input {name}{where} {x.shape} {x.dtype} ({source})")
+        if args.layerwise and k == 0:
+            from pydla.tools.layerwise import with_all_outputs
+
+            reference = run_ort(with_all_outputs(model), feeds)
+            first_reference = reference
+        else:
+            reference = run_ort(model, feeds)
+        got = module.run(inputs)
+        saved[RUNNER].append({n: to_compute(y, t.dtype) if t.dtype is DType.BFLOAT16 else y
+                              for n, y, t in zip(module.output_names, got,
+                                                 (prog.tensors[io.tensor]
+                                                  for io in prog.outputs))})
+        saved[ORT_RUNNER].append({o.name: reference[o.name] for o in model.graph.output
+                                  if o.name in reference})
+        for name, y in zip(module.output_names, got):
+            if name not in reference:
+                raise FlagError(f"the engine's output {name!r} is not an output of "
+                                f"{args.onnx}")
+            t = next(t for t in prog.tensors if t.name == name)
+            c = compare_arrays(to_compute(y, t.dtype), reference[name], tols.of(name))
+            for line in format_comparison(f"Output {name}{where}", c, t.dtype.name.lower()):
+                _info(line)
+            failed += not c.passed
+            total += 1
+    if args.save_inputs:
+        from pydla.tools.polyjson import save_feeds
+
+        save_feeds(args.save_inputs, feeds_used)
+        _info(f"Saved inputs to {args.save_inputs} (Polygraphy JSON)")
+    if args.save_outputs:
+        from pydla.tools.polyjson import save_results
+
+        save_results(args.save_outputs, saved)
+        _info(f"Saved outputs of {RUNNER} and {ORT_RUNNER} to {args.save_outputs} "
+              "(Polygraphy RunResults)")
     outputs = (f"{failed} of {total} outputs differ beyond tolerance" if failed
                else f"all {total} outputs match")
     if not args.layerwise:
         return _verdict(not failed, outputs)
-    first, compared = _layerwise(module, model, inputs, reference, layer_tols)
+    first, compared = _layerwise(module, model, iterations[0], first_reference, layer_tols)
     layers = (f"first divergent layer #{first.index} {first.name!r}" if first else
               f"all {compared} layer outputs within layerwise tolerance")
     return _verdict(not failed and first is None, f"{outputs}; {layers}")

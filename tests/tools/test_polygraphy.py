@@ -46,3 +46,49 @@ def test_runner_in_the_python_api(tmp_path, monkeypatch):
     with meta:
         inputs = meta.get_input_metadata()
     assert list(inputs.keys()) == ["x"] and inputs["x"].shape[1:] == [3, 8, 8]
+
+
+def test_compare_trades_json_files_with_polygraphy_run(tmp_path, capsys):
+    """`polygraphy run --save-inputs` → `pydla compare --load-inputs … --save-outputs` →
+    `polygraphy run --load-inputs … --load-outputs`: Polygraphy reads what pydla wrote and
+    compares its own onnxruntime run against it."""
+    if shutil.which("polygraphy") is None:
+        pytest.skip("the polygraphy command is not on PATH")
+    from pydla.tools.cli import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_model(batch=2), path)
+    inputs, outputs = tmp_path / "in.json", tmp_path / "out.json"
+    make = subprocess.run(["polygraphy", "run", str(path), "--onnxrt", "--iterations", "2",
+                           "--save-inputs", str(inputs)], capture_output=True, text=True,
+                          timeout=600)
+    assert make.returncode == 0, (make.stdout + make.stderr)[-3000:]
+    assert main(["compare", "--onnx", str(path), "--load-inputs", str(inputs),
+                 "--save-outputs", str(outputs)]) == 0
+    log = capsys.readouterr().out
+    assert "2 iterations" in log and "(iteration 1)" in log and "PASSED | all 4 outputs" in log
+    check = subprocess.run(["polygraphy", "run", str(path), "--onnxrt", "--load-inputs",
+                            str(inputs), "--load-outputs", str(outputs)],
+                           capture_output=True, text=True, timeout=600)
+    text = check.stdout + check.stderr
+    assert check.returncode == 0, text[-3000:]
+    assert "pydla-runner" in text and "PASSED" in text
+
+
+def test_load_inputs_errors(tmp_path, capsys):
+    from polygraphy.json import save_json
+
+    from pydla.tools.cli import main
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_model(batch=2), path)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    wrong = tmp_path / "wrong.json"
+    import numpy as np
+
+    save_json([{"y": np.zeros((2, 3, 8, 8), np.float32)}], str(wrong))
+    for file, message in ((bad, "not Polygraphy JSON input data"),
+                          (wrong, "inputs ['y'] are not inputs of the engine")):
+        assert main(["compare", "--onnx", str(path), "--load-inputs", str(file)]) == 1
+        assert message in capsys.readouterr().err
