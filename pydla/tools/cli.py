@@ -12,6 +12,17 @@ from pydla.tools.filearg import resolve_file_args
 from pydla.tools.flags import FlagError
 from pydla.tools.logs import cli_logging
 
+# What a command may import beyond the runtime, and the pip command that installs it.
+_EXTRAS = {
+    "onnx": "pip install 'pydla[build]'",
+    "onnxruntime": "pip install 'pydla[compare]'",
+    "polygraphy": "pip install polygraphy",
+    "cupy": "pip install 'pydla[cuda]'",
+    "cuda": "pip install 'pydla[cuda]'",
+    "cudnn": "pip install 'pydla[cuda]'",
+    "ml_dtypes": "pip install ml_dtypes",
+}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pydla.tools import (
@@ -51,6 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except (PydlaError, FlagError) as e:
         print(f"pydla {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:  # an optional dependency: the pip command that brings it
+        root = (e.name or "").split(".")[0]
+        if root not in _EXTRAS:
+            raise
+        print(f"pydla {args.command}: error: {root} is not installed; {_EXTRAS[root]}",
+              file=sys.stderr)
         return 1
     except OSError as e:  # a missing, unreadable or unwritable path: one line, no traceback
         where = f"{e.filename}: " if e.filename else ""

@@ -69,3 +69,14 @@ def test_closed_stdout_ends_quietly(folder, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["inspect", "m.bin"]) == 1
     assert capsys.readouterr().err == ""
+
+
+def test_a_missing_extra_names_the_pip_command(folder, monkeypatch, capsys):
+    """compare without onnxruntime (its extra not installed): one line, the pip command."""
+    monkeypatch.chdir(folder)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import raises ModuleNotFoundError
+    assert main(["compare", "m.onnx", "--loadEngine", "m.bin"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("pydla compare: error: onnxruntime is not "
+                                            "installed; pip install 'pydla[compare]'")
