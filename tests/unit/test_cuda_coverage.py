@@ -73,19 +73,19 @@ def _vi(name: str, dtype: int, shape: list[int] | None) -> onnx.ValueInfoProto:
 
 
 def _mixed() -> onnx.ModelProto:
-    """A float conv (runs), an int64 Gather (types), a Pad (no kernel), a float Gather with
-    int64 run-time indices (runs)."""
+    """A float conv (runs), an int64 ReduceSum (types: the reductions are float-only), a
+    CumSum (no kernel), a float Gather with int64 run-time indices (runs)."""
     w = numpy_helper.from_array(np.ones((4, 2, 3, 3), np.float32), "w")
-    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")
+    axis = numpy_helper.from_array(np.array(3, np.int64), "axis")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Pad", ["c", "pads"], ["p"], name="pad", mode="reflect"),
-             helper.make_node("Gather", ["ids", "idx"], ["g"], name="gather_int", axis=0),
+             helper.make_node("CumSum", ["c", "axis"], ["p"], name="cumsum"),
+             helper.make_node("ReduceSum", ["ids"], ["g"], name="sum_int"),
              helper.make_node("Gather", ["p", "idx"], ["gf"], name="gather_float", axis=1)]
     return _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 2, 8, 8]),
                           _vi("ids", TensorProto.INT64, [10]),
                           _vi("idx", TensorProto.INT64, [3])],
                   [_vi("p", TensorProto.FLOAT, None), _vi("g", TensorProto.INT64, None),
-                   _vi("gf", TensorProto.FLOAT, None)], [w, pads])
+                   _vi("gf", TensorProto.FLOAT, None)], [w, axis])
 
 
 def test_check_names_each_gap_with_its_reason() -> None:
@@ -93,13 +93,14 @@ def test_check_names_each_gap_with_its_reason() -> None:
     by_name = {v.name: v for v in report.layers}
     assert by_name["conv"].supported and by_name["conv"].device == "GPU"
     assert by_name["gather_float"].supported
-    pad = by_name["pad"]
-    assert not pad.supported and pad.device == "none" and pad.refusal is not None
-    assert pad.refusal.rule == "cuda.kernel" and "no CUDA kernel for Pad" in pad.refusal.reason
-    gather = by_name["gather_int"]
-    assert not gather.supported and gather.refusal is not None
-    assert gather.refusal.rule == "cuda.types" and "int64" in gather.refusal.reason
-    assert report.gaps() == {"Pad": 1, "Gather": 1}
+    cumsum = by_name["cumsum"]
+    assert not cumsum.supported and cumsum.device == "none" and cumsum.refusal is not None
+    assert cumsum.refusal.rule == "cuda.kernel"
+    assert "no CUDA kernel for CumSum" in cumsum.refusal.reason
+    reduce = by_name["sum_int"]
+    assert not reduce.supported and reduce.refusal is not None
+    assert reduce.refusal.rule == "cuda.types" and "int64" in reduce.refusal.reason
+    assert report.gaps() == {"CumSum": 1, "ReduceSum": 1}
     conv_flops = 2 * 4 * 8 * 8 * 2 * 3 * 3
     total = sum(v.flops for v in report.layers)
     assert report.flops_fraction == pytest.approx(
@@ -108,17 +109,35 @@ def test_check_names_each_gap_with_its_reason() -> None:
     assert report.summary().endswith("% of the FLOPs, have a CUDA kernel")
 
 
-def test_reshape_of_integers_runs_as_a_memcpy_unless_rank_4() -> None:
-    shape = numpy_helper.from_array(np.array([2, 5], np.int64), "shape")
-    nodes = [helper.make_node("Reshape", ["ids", "shape"], ["r"], name="flat")]
-    ok = _model(nodes, [_vi("ids", TensorProto.INT64, [10])],
-                [_vi("r", TensorProto.INT64, None)], [shape])
-    assert check_cuda_model(ok).layers[0].supported
-    shape4 = numpy_helper.from_array(np.array([1, 1, 2, 5], np.int64), "shape")
-    bad = _model(nodes, [_vi("ids", TensorProto.INT64, [10])],
-                 [_vi("r", TensorProto.INT64, None)], [shape4])
-    v = check_cuda_model(bad).layers[0]
-    assert not v.supported and v.refusal is not None and v.refusal.rule == "cuda.types"
+def test_integer_and_bool_tensors_by_op() -> None:
+    """Moves, selections, comparisons, casts and integer arithmetic take integer and bool
+    tensors; float-only kernels (Pow, the reductions) refuse them; float64 is stored only
+    where a reshape is a memcpy."""
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    shape4 = numpy_helper.from_array(np.array([1, 1, 2, 5], np.int64), "shape4")
+    shape2 = numpy_helper.from_array(np.array([2, 5], np.int64), "shape2")
+    pads = numpy_helper.from_array(np.array([1, 0, 2, 1, 0, 2, 0, 0], np.int64), "pads")
+    node = helper.make_node
+    nodes = [node("Cast", ["x"], ["xi"], name="cast", to=TensorProto.INT64),
+             node("Add", ["xi", "one"], ["s"], name="add_int"),
+             node("Pow", ["s", "one"], ["pw"], name="pow_int"),
+             node("Less", ["s", "one"], ["lt"], name="less_int"),
+             node("Where", ["lt", "s", "one"], ["w"], name="where_int"),
+             node("Reshape", ["w", "shape4"], ["r4"], name="reshape_int4"),
+             node("Pad", ["r4", "pads"], ["pd"], name="pad_int", mode="edge"),
+             node("ArgMax", ["pd"], ["am"], name="argmax_int", axis=3),
+             node("Cast", ["x"], ["xd"], name="cast_f64", to=TensorProto.DOUBLE),
+             node("Reshape", ["xd", "shape2"], ["d2"], name="reshape_f64_2"),
+             node("Reshape", ["xd", "shape4"], ["d4"], name="reshape_f64_4")]
+    outs = ["pw", "am", "d2", "d4"]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [10])],
+                   [_vi(o, 0, None) for o in outs], [one, shape4, shape2, pads])
+    verdicts = {v.name: v for v in check_cuda_model(model).layers}
+    refused = {name: v.refusal for name, v in verdicts.items() if not v.supported}
+    assert set(refused) == {"pow_int", "cast_f64", "reshape_f64_4"}, refused
+    assert all(r is not None and r.rule == "cuda.types" for r in refused.values())
+    assert "integer arithmetic covers" in refused["pow_int"].reason
+    assert "float64" in refused["reshape_f64_4"].reason
 
 
 def test_cli_json_schema_and_strict(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -129,7 +148,7 @@ def test_cli_json_schema_and_strict(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["check", "--target=cuda", str(path), "--strict"]) == 1
     assert main(["check", "--target=cuda", str(path), "--int8"]) != 0  # a DLA option
     text = capsys.readouterr().out
-    assert "Layer pad (Pad): none: no CUDA kernel for Pad" in text
+    assert "Layer cumsum (CumSum): none: no CUDA kernel for CumSum" in text
     assert "have a CUDA kernel" in text
     data = json.loads(out.read_text())
     assert data["target"] == "cuda" and data["total_layers"] == 4
@@ -151,8 +170,9 @@ def test_cli_strict_passes_a_model_the_gpu_runs(tmp_path: Path) -> None:
 
 
 def test_as_built_checks_fused_programs(tmp_path: Path) -> None:
-    """The builder fuses Relu, Less, Not and Where into the Conv's epilogue: refused by the
-    bool step, where the ONNX-node check names Less, Not and Where; Conv + Relu runs."""
+    """The builder fuses Relu, Less, Not and Where into the Conv's epilogue: bool steps
+    run on the GPU, node by node and as built. An int64 chain fused into one program is
+    refused as built by its Pow step (float-only), where the node check names the Pow."""
     w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
     zero = numpy_helper.from_array(np.zeros((), np.float32), "zero")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
@@ -162,13 +182,23 @@ def test_as_built_checks_fused_programs(tmp_path: Path) -> None:
              helper.make_node("Where", ["pos", "r", "zero"], ["y"], name="where")]
     x = _vi("x", TensorProto.FLOAT, [1, 2, 4, 4])
     model = _model(nodes, [x], [_vi("y", TensorProto.FLOAT, None)], [w, zero])
-    assert set(check_cuda_model(model).gaps()) == {"Less", "Not", "Where"}
-    refused = [v for v in check_cuda_model(model, built=True).layers if not v.supported]
-    assert len(refused) == 1 and refused[0].refusal is not None, refused
-    assert "(Less) of the fused program" in refused[0].refusal.reason
-    assert "bool" in refused[0].refusal.reason
+    assert check_cuda_model(model).gaps() == {}
+    built = check_cuda_model(model, built=True).layers
+    assert all(v.supported for v in built) and len(built) < len(nodes), built
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
-    assert main(["check", "--target=cuda", str(path), "--as-built", "--strict"]) == 1
-    onnx.save(_model(nodes[:2], [x], [_vi("r", TensorProto.FLOAT, None)], [w]), path)
     assert main(["check", "--target=cuda", str(path), "--as-built", "--strict"]) == 0
+
+    two = numpy_helper.from_array(np.array([2], np.int64), "two")
+    chain = [helper.make_node("Add", ["i", "two"], ["a"], name="add"),
+             helper.make_node("Pow", ["a", "two"], ["p"], name="pow"),
+             helper.make_node("Mul", ["p", "two"], ["z"], name="mul")]
+    ints = _model(chain, [_vi("i", TensorProto.INT64, [3, 4])],
+                  [_vi("z", TensorProto.INT64, None)], [two])
+    assert check_cuda_model(ints).gaps() == {"Pow": 1}
+    [fused] = check_cuda_model(ints, built=True).layers
+    assert fused.op == "Pointwise" and fused.refusal is not None
+    assert fused.refusal.rule == "cuda.types"
+    assert "step 1 (Pow) of the fused program computes int64" in fused.refusal.reason
+    onnx.save(ints, path)
+    assert main(["check", "--target=cuda", str(path), "--as-built", "--strict"]) == 1

@@ -144,6 +144,7 @@ class CudaProgram:
             except PydlaError as e:  # e.g. a library call that cannot be captured
                 self.graph_error = str(e)
                 self._log(f"CUDA graph capture failed, running layer by layer: {e}")
+        self.ctx.clear_index_checks()  # the runs above read arbitrary indices
 
     # -- memory ---------------------------------------------------------------------------
     def _plan_memory(self) -> None:
@@ -382,12 +383,15 @@ class CudaProgram:
                 memcpy_dtoh_async(host.ctypes.data, p.ptr, p.nbytes, stream)
             self.done.record(stream)
             stream_synchronize(stream)
+            self.ctx.raise_index_errors()
             for y, host in results:
                 if host is not y:
                     np.copyto(y, host.reshape(y.shape), casting="unsafe")
 
     def synchronize(self) -> None:
+        """Wait for the tasks enqueued; a run-time index out of range raises here."""
         self.done.synchronize()
+        self.ctx.raise_index_errors()
 
     def summary(self) -> dict[str, Any]:
         return {"arena_bytes": self.arena_bytes, "bind_seconds": round(self.bind_seconds, 3),

@@ -1,10 +1,17 @@
 """CUDA C source for pointwise programs, compiled at load time by NVRTC (pure Python).
 
 A pointwise program (``pydla.backends.cpu.fused`` defines the format) becomes a sequence of
-``float`` statements: every step computes in float32 and rounds to its own storage type,
-as the CPU backend does, so a fused layer matches the unfused ops. The same emitter serves
-standalone ``Pointwise``/``Cast`` layers, epilogues run after cuDNN, and epilogues fused
-into the depthwise and GEMM kernels.
+typed statements. A float step computes in float32 and rounds to its own storage type, as
+the CPU backend does, so a fused layer matches the unfused ops; an integer step computes in
+its own C type (wrapping, exact for int64), a bool step in ``bool``
+(``pydla.backends.cuda.typed_steps``). The same emitter serves standalone
+``Pointwise``/``Cast`` layers, epilogues run after cuDNN, and epilogues fused into the
+depthwise and GEMM kernels.
+
+Two type maps: ``c_type`` (float32/float16/bfloat16 only) is what the compute kernels
+(convolution, pooling, reductions…) read and write; ``storage_type`` adds every integer
+type and bool (one byte, ``b8``) for the kernels that move or select elements or compute
+them exactly (pointwise programs, Gather, Pad, reshapes, ArgMax).
 """
 
 from __future__ import annotations
@@ -13,10 +20,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydla.backends.cuda.typed_steps import HELPERS, ROUND, typed_step
 from pydla.dtypes import DType
 from pydla.errors import KernelError
 
 C_TYPES = {DType.FLOAT32: "float", DType.FLOAT16: "__half", DType.BFLOAT16: "__nv_bfloat16"}
+INT_TYPES = {DType.INT8: "signed char", DType.UINT8: "unsigned char", DType.INT16: "short",
+             DType.UINT16: "unsigned short", DType.INT32: "int", DType.UINT32: "unsigned int",
+             DType.INT64: "long long", DType.UINT64: "unsigned long long"}
+# bool is stored as one byte and read as "not zero" (never as a C++ bool: a byte other
+# than 0/1 — the arena's timing noise — would be undefined behaviour)
+STORAGE_TYPES = {**C_TYPES, **INT_TYPES, DType.BOOL: "b8"}
 
 PRELUDE = r"""
 #include <cuda_fp16.h>
@@ -28,6 +42,36 @@ __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162
 __device__ __forceinline__ void st(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+struct b8 { unsigned char v; };
+__device__ __forceinline__ bool ld(const b8* p) { return p->v != 0; }
+__device__ __forceinline__ void st(b8* p, bool v) { p->v = v ? 1 : 0; }
+#define PYDLA_INT_LDST(T) \
+  __device__ __forceinline__ T ld(const T* p) { return *p; } \
+  __device__ __forceinline__ void st(T* p, T v) { *p = v; }
+PYDLA_INT_LDST(signed char) PYDLA_INT_LDST(unsigned char) PYDLA_INT_LDST(short)
+PYDLA_INT_LDST(unsigned short) PYDLA_INT_LDST(int) PYDLA_INT_LDST(unsigned int)
+PYDLA_INT_LDST(long long) PYDLA_INT_LDST(unsigned long long)
+/* float -> integer as the CPU backend's numpy cast does on x86-64 (cvttss2si): truncation
+   toward zero; NaN and out-of-range values give the "integer indefinite" (the minimum);
+   narrower types take the low bits of the int32 result; unsigned types above the signed
+   range go through value - 2^(bits-1). */
+__device__ __forceinline__ int f2i32(float f) {
+  return (f != f || f >= 2147483648.f || f < -2147483648.f) ? (int)0x80000000u
+                                                              : __float2int_rz(f);
+}
+__device__ __forceinline__ long long f2i64(float f) {
+  return (f != f || f >= 9223372036854775808.f || f < -9223372036854775808.f)
+      ? (long long)0x8000000000000000ull : __float2ll_rz(f);
+}
+__device__ __forceinline__ unsigned int f2u32(float f) {
+  return f >= 2147483648.f ? (unsigned int)f2i32(f - 2147483648.f) ^ 0x80000000u
+                           : (unsigned int)f2i32(f);
+}
+__device__ __forceinline__ unsigned long long f2u64(float f) {
+  return f >= 9223372036854775808.f
+      ? (unsigned long long)f2i64(f - 9223372036854775808.f) ^ 0x8000000000000000ull
+      : (unsigned long long)f2i64(f);
+}
 __device__ __forceinline__ float round_f16(float v) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ float round_bf16(float v) {
   return __bfloat162float(__float2bfloat16_rn(v));
@@ -42,16 +86,16 @@ template <typename T, int VEC> struct Pack {
       typename Cond<BYTES == 4, unsigned int,
       typename Cond<BYTES == 2, unsigned short, T>::type>::type>::type>::type W;
 };
-template <typename T, int VEC>
-__device__ __forceinline__ void ldv(const T* p, float* out) {
+template <typename T, int VEC, typename C>
+__device__ __forceinline__ void ldv(const T* p, C* out) {
   typedef typename Pack<T, VEC>::W W;
   W w = *reinterpret_cast<const W*>(p);
   const T* e = reinterpret_cast<const T*>(&w);
 #pragma unroll
   for (int j = 0; j < VEC; ++j) out[j] = ld(e + j);
 }
-template <typename T, int VEC>
-__device__ __forceinline__ void stv(T* p, const float* v) {
+template <typename T, int VEC, typename C>
+__device__ __forceinline__ void stv(T* p, const C* v) {
   typedef typename Pack<T, VEC>::W W;
   W w;
   T* e = reinterpret_cast<T*>(&w);
@@ -59,9 +103,7 @@ __device__ __forceinline__ void stv(T* p, const float* v) {
   for (int j = 0; j < VEC; ++j) st(e + j, v[j]);
   *reinterpret_cast<W*>(p) = w;
 }
-"""
-
-_ROUND = {DType.FLOAT32: "{}", DType.FLOAT16: "round_f16({})", DType.BFLOAT16: "round_bf16({})"}
+""" + HELPERS
 
 
 def c_type(dtype: DType, where: str) -> str:
@@ -70,6 +112,22 @@ def c_type(dtype: DType, where: str) -> str:
     except KeyError:
         raise KernelError(where, "cuda", f"the CUDA backend computes float32, float16 and "
                           f"bfloat16 tensors, not {dtype.name.lower()}") from None
+
+
+def storage_type(dtype: DType, where: str) -> str:
+    """The C type a tensor of ``dtype`` is read and written as (``ld``/``st``)."""
+    try:
+        return STORAGE_TYPES[dtype]
+    except KeyError:
+        raise KernelError(where, "cuda", f"the CUDA backend stores no {dtype.name.lower()} "
+                          "tensors") from None
+
+
+def compute_type(dtype: DType) -> str:
+    """The C type ``ld`` returns for ``dtype`` (what a program register holds)."""
+    if dtype in C_TYPES:
+        return "float"
+    return "bool" if dtype is DType.BOOL else INT_TYPES[dtype]
 
 
 def f32(value: float) -> str:
@@ -96,6 +154,9 @@ def _unary(op: str, a: str, attrs: Mapping[str, Any]) -> str | None:
         "Identity": a, "Cast": a,
         "HardSwish": f"({a} * fminf(fmaxf({a} * (1.f / 6.f) + 0.5f, 0.f), 1.f))",
         "Mish": f"({a} * tanhf({a} > 20.f ? {a} : log1pf(expf({a}))))",
+        "Acos": f"acosf({a})", "Acosh": f"acoshf({a})", "Asin": f"asinf({a})",
+        "Asinh": f"asinhf({a})", "Atan": f"atanf({a})", "Atanh": f"atanhf({a})",
+        "Cosh": f"coshf({a})", "Sinh": f"sinhf({a})",
     }
     if op in table:
         return table[op]
@@ -110,6 +171,11 @@ def _unary(op: str, a: str, attrs: Mapping[str, Any]) -> str | None:
         return f"fminf(fmaxf({f32(alpha)} * {a} + {f32(attrs['beta'])}, 0.f), 1.f)"
     if op == "Swish":
         return f"({a} / (1.f + expf(-{f32(alpha)} * {a})))"
+    if op == "Celu":
+        return f"({a} > 0.f ? {a} : {f32(alpha)} * expm1f({a} / {f32(alpha)}))"
+    if op == "Shrink":
+        lambd, bias = f32(attrs["lambd"]), f32(attrs["bias"])
+        return f"({a} < -{lambd} ? {a} + {bias} : ({a} > {lambd} ? {a} - {bias} : 0.f))"
     if op == "ThresholdedRelu":
         return f"({a} > {f32(alpha)} ? {a} : 0.f)"
     if op == "Gelu":
@@ -158,23 +224,34 @@ def _step_expr(op: str, args: Sequence[str], attrs: Mapping[str, Any], where: st
 
 
 def emit_program(program: Sequence[Mapping[str, Any]], operands: Sequence[str], where: str,
-                 prefix: str = "r") -> tuple[list[str], str]:
-    """Statements evaluating ``program`` over float operand expressions (registers
-    0…n-1); returns (statements, name of the result variable)."""
+                 prefix: str = "r", dtypes: Sequence[DType] | None = None
+                 ) -> tuple[list[str], str]:
+    """Statements evaluating ``program`` over operand expressions (registers 0…n-1, of
+    ``dtypes``' compute types: float for every float type, by default); returns
+    (statements, name of the result variable)."""
     regs = list(operands)
+    types = list(dtypes) if dtypes is not None else [DType.FLOAT32] * len(regs)
     lines: list[str] = []
     for i, step in enumerate(program):
         dtype = DType.from_name(step["dtype"])
-        if dtype not in _ROUND:
-            raise KernelError(where, step["op"], f"step {i} computes {dtype.name.lower()}; the "
-                              "CUDA backend's pointwise code is float-only")
-        args = [regs[int(r)] for r in step["in"]]
-        expr = _step_expr(step["op"], args, step.get("attrs", {}), where)
+        if dtype not in STORAGE_TYPES:
+            raise KernelError(where, step["op"], f"step {i} computes {dtype.name.lower()}, "
+                              "a type the CUDA backend does not store")
+        ins = [int(r) for r in step["in"]]
+        args, arg_types = [regs[r] for r in ins], [types[r] for r in ins]
+        attrs = step.get("attrs", {})
+        expr = typed_step(step["op"], args, arg_types, dtype, attrs, where)
+        if expr is None:
+            if dtype not in ROUND or any(t not in ROUND for t in arg_types):
+                raise KernelError(where, step["op"], f"step {i} ({step['op']}) has no CUDA "
+                                  f"code for {[t.name.lower() for t in arg_types]} → "
+                                  f"{dtype.name.lower()}")
+            expr = ROUND[dtype].format(_step_expr(step["op"], args, attrs, where))
         name = f"{prefix}{len(regs)}"
-        lines.append(f"float {name} = {_ROUND[dtype].format(expr)};")
+        lines.append(f"{compute_type(dtype)} {name} = {expr};")
         regs.append(name)
+        types.append(dtype)
     return lines, regs[-1]
-
 
 
 def defines(values: Mapping[str, Any]) -> str:

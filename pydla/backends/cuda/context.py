@@ -20,6 +20,7 @@ from pydla.errors import KernelError
 from pydla.loadable.program import Program
 
 BLOCK = 256
+_SLOTS = 64  # index-check slots per device buffer
 MAX_BLOCKS = 132 * 16  # grid-stride loops: a few waves of the H200's 132 SMs are plenty
 
 
@@ -64,6 +65,11 @@ class BindContext:
         # The tactic recorded for the layer being bound (a loadable tuned at build): binders
         # skip building the other candidates. None: build every candidate.
         self.wanted: str | None = None
+        # Index checks: a kernel reading run-time indices clamps them (never an out-of-bounds
+        # read) and records a bad one in its slot, (flag, index) as two int64s; the backend
+        # raises the CPU backend's KernelError once the task has been waited for.
+        self._checks: list[tuple[str, str, str, int]] = []  # (layer, op, what, size)
+        self._check_bufs: list[cp.ndarray] = []
 
     def wants(self, name: str) -> bool:
         """Whether to build candidate ``name`` (or, ending in "/", a family of them)."""
@@ -99,6 +105,33 @@ class BindContext:
         buf = cp.empty(max(nbytes, 1), dtype=cp.uint8)
         self.keep.append(buf)
         return int(buf.data.ptr)
+
+    # -- run-time index checks ------------------------------------------------------------
+    def index_check(self, layer: str, op: str, what: str, size: int) -> int:
+        """Device address of a fresh (flag, index) slot for a kernel checking indices
+        into ``what`` of ``size`` elements."""
+        slot = len(self._checks)
+        if slot % _SLOTS == 0:
+            self._check_bufs.append(cp.zeros((_SLOTS, 2), dtype=cp.int64))
+        self._checks.append((layer, op, what, size))
+        return int(self._check_bufs[-1].data.ptr) + (slot % _SLOTS) * 16
+
+    def clear_index_checks(self) -> None:
+        """Forget what binding's timing runs (on arbitrary data) recorded."""
+        for buf in self._check_bufs:
+            buf.fill(0)
+        cp.cuda.Device().synchronize()
+
+    def raise_index_errors(self) -> None:
+        """After a task was waited for: the first bad index recorded, as a KernelError."""
+        for b, buf in enumerate(self._check_bufs):
+            host = cp.asnumpy(buf)
+            hits = host[:, 0].nonzero()[0]
+            if hits.size:
+                buf.fill(0)
+                layer, op, what, size = self._checks[b * _SLOTS + int(hits[0])]
+                raise KernelError(layer, op, f"index {int(host[hits[0], 1])} is out of range "
+                                  f"for {what} of size {size} (valid: {-size}..{size - 1})")
 
     # -- NVRTC -------------------------------------------------------------------------
     def function(self, source: str, name: str) -> Any:

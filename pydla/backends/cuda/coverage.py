@@ -7,9 +7,11 @@ registrations parsed (``ast``, no import) from ``kernels/*.py``, and
 ``tests/gpu/test_cuda_registry_gpu.py`` with the imported registry. ``CPU_ONLY`` gives, for
 every CPU kernel without a CUDA one, the reason — the to-do list of issue 26.
 
-``layer_refusal(node)`` applies what the kernels themselves refuse at bind: every kernel
-reads and writes float32, float16 or bfloat16 through ``codegen.c_type`` (exceptions listed
-below), and a few structural limits.
+``layer_refusal(node)`` applies what the kernels themselves refuse at bind: the compute
+kernels read and write float32, float16 or bfloat16 (``codegen.c_type``); the kernels that
+move, select, compare or cast elements take every stored type (``codegen.storage_type``:
+the integers and bool too, not float64), and integer arithmetic runs on integer tensors
+(``typed_steps.INTEGER_OPS``); plus a few structural limits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from pydla.backends.cuda.codegen import STORAGE_TYPES
+from pydla.backends.cuda.typed_steps import INTEGER_OPS, MIXED_OPS
 from pydla.dla.checker import LayerReport, LayerVerdict, TargetRefusal, layer_verdicts
 from pydla.dtypes import DType
 from pydla.ir import Graph, Node
@@ -36,13 +40,14 @@ CUDA_OPS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul",
     # normalization.py
     "BatchNormalization", "LayerNormalization",
-    # pointwise.py: fused programs, single float pointwise steps, layout copies
-    "Pointwise", "Identity", "Cast", "Abs", "Add", "Ceil", "Clip", "Cos", "Div", "Elu", "Erf",
-    "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "LeakyRelu", "Log", "Max", "Mean",
-    "Min", "Mish", "Mul", "Neg", "PRelu", "Pow", "Reciprocal", "Relu", "Round", "Selu",
-    "Sigmoid", "Sin", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Swish", "Tan", "Tanh",
-    "ThresholdedRelu",
-    "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+    # argreduce.py
+    "ArgMax", "ArgMin",
+    # pointwise.py: fused programs, every pointwise op (typed: float, integer, bool), layout
+    # copies, Expand
+    "Pointwise", "Identity", *POINTWISE,
+    "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Expand",
+    # pad.py
+    "Pad",
     # pooling.py
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
     # recurrent.py
@@ -55,54 +60,55 @@ CUDA_OPS = frozenset({
 })
 
 _FLOAT_ONLY = "the CUDA backend computes float32/float16/bfloat16 only"
-_NO_CODE = "no kernel yet: the CUDA pointwise code generator (codegen._step_expr) has no " \
-    "expression for it"
+_STORED = frozenset(STORAGE_TYPES)  # every type but float64
+_FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
+_INTEGERS = _STORED - {*_FLOATS, DType.BOOL}
+# ops whose kernels move, select, compare or cast elements: any stored type
+_ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
+                         "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin",
+                         "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
-    # pointwise ops over non-float tensors
-    **{op: f"bool tensors: {_FLOAT_ONLY}" for op in ("And", "Or", "Xor", "Not")},
-    **{op: f"bool output: {_FLOAT_ONLY}" for op in (
-        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsInf", "IsNaN")},
-    **{op: f"integer tensors: {_FLOAT_ONLY}" for op in (
-        "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "BitCast")},
-    "Where": f"bool condition: {_FLOAT_ONLY}",
-    "Mod": f"{_NO_CODE} (integer and fmod forms)",
-    **{op: _NO_CODE for op in ("Sign", "Shrink", "Celu", "Acos", "Acosh", "Asin", "Asinh",
-                               "Atan", "Atanh", "Cosh", "Sinh")},
     # integer or quantized tensors
-    "ArgMax": f"int64 output: {_FLOAT_ONLY}",
-    "ArgMin": f"int64 output: {_FLOAT_ONLY}",
-    "TopK": f"int64 indices output: {_FLOAT_ONLY}; no kernel yet",
-    "OneHot": f"integer indices: {_FLOAT_ONLY}; no kernel yet",
-    "MaxUnpool": f"int64 indices input: {_FLOAT_ONLY}; no kernel yet",
+    "TopK": "no kernel yet (int64 indices output)",
+    "OneHot": "no kernel yet (integer indices)",
+    "MaxUnpool": "no kernel yet (int64 indices input)",
     "GatherElements": "no kernel yet (int64 index tensor; Gather's index kernel is not "
                       "reused)",
     "GatherND": "no kernel yet (int64 index tuples)",
     "ScatterElements": "no kernel yet (int64 index tensor)",
     "ScatterND": "no kernel yet (int64 index tuples)",
     "TensorScatter": "no kernel yet (int64 write indices)",
-    "NegativeLogLikelihoodLoss": f"int64 targets: {_FLOAT_ONLY}; no kernel yet",
-    "SoftmaxCrossEntropyLoss": f"int64 labels: {_FLOAT_ONLY}; no kernel yet",
+    "NegativeLogLikelihoodLoss": "no kernel yet (int64 targets)",
+    "SoftmaxCrossEntropyLoss": "no kernel yet (int64 labels)",
     "ConstantOfShape": "no kernel yet (folded at build when its shape input is constant)",
-    "QuantizeLinear": f"int8/uint8 output: {_FLOAT_ONLY}",
-    "DequantizeLinear": f"int8/uint8 input: {_FLOAT_ONLY}",
-    "DynamicQuantizeLinear": f"uint8 output: {_FLOAT_ONLY}",
-    "QConv": f"int8 convolution: {_FLOAT_ONLY} (issue 26 item 3: cuDNN int8)",
-    "QGemm": f"int8 GEMM: {_FLOAT_ONLY} (issue 26 item 3: cuBLASLt int8)",
-    "QLinearSoftmax": f"int8/uint8 tensors: {_FLOAT_ONLY}",
+    "QuantizeLinear": "no kernel yet (int8/uint8 output, saturating rounding)",
+    "DequantizeLinear": "no kernel yet (int8/uint8 input)",
+    "DynamicQuantizeLinear": "no kernel yet (uint8 output and its scale)",
+    "QConv": "int8 convolution: no kernel yet (issue 26 item 3: cuDNN int8)",
+    "QGemm": "int8 GEMM: no kernel yet (issue 26 item 3: cuBLASLt int8)",
+    "QLinearSoftmax": "no kernel yet (int8/uint8 tensors)",
     # float ops without a kernel yet
     **{op: "no kernel yet" for op in (
         "AffineGrid", "Attention", "CausalConvWithState", "Col2Im", "CumProd", "CumSum",
-        "DFT", "DeformConv", "DepthToSpace", "Det", "Einsum", "Expand", "GRU", "GridSample",
+        "DFT", "DeformConv", "DepthToSpace", "Det", "Einsum", "GRU", "GridSample",
         "GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LinearAttention",
-        "LpNormalization", "LpPool", "MeanVarianceNormalization", "Pad", "RMSNormalization",
+        "LpNormalization", "LpPool", "MeanVarianceNormalization", "RMSNormalization",
         "RNN", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "STFT", "SpaceToDepth",
         "Tile", "Trilu")},
+    "TreeEnsemble": "classic-ML tree walk (int32 node arrays, int64 labels): no kernel yet",
+    "ScorePostTransform": "classic-ML score transform (PROBIT, SOFTMAX_ZERO, binary "
+                          "widening): no kernel yet",
+    "BitCast": "no kernel yet (reinterprets the bytes; the shape changes with the element "
+               "size)",
+    "Loop": "control flow: the CUDA backend binds no sub-programs (a Loop with a constant "
+            "trip count is unrolled at build)",
+    **{op: "shapes computed at run time: the CUDA backend binds static shapes only"
+       for op in ("DynamicRange", "DynamicSlice")},
     "Reorder": "the CPU backend's blocked-layout change: a cuda build assigns no blocked "
                "layouts, so it never emits one",
 }
 
-_FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 _INDEX_TYPES = (DType.INT32, DType.INT64)
 _RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
@@ -127,9 +133,26 @@ def _type_refusal(node: Node) -> str | None:
     if node.op in _RESHAPES and all(len(v.shape) != 4 for v in values):
         return None  # row-major on both sides: a memcpy, whatever the type
     for v in values:
-        if v.dtype not in _FLOATS:
-            return f"{v.name} is {v.dtype.name.lower()}: {_FLOAT_ONLY}"
+        why = _dtype_refusal(node.op, v.dtype)
+        if why is not None:
+            return f"{v.name} is {v.dtype.name.lower()}: {why}"
     return None
+
+
+def _dtype_refusal(op: str, dtype: DType) -> str | None:
+    """Why ``op``'s CUDA kernel reads or writes no tensor of ``dtype`` (None: it does)."""
+    if dtype not in _STORED:
+        return "the CUDA backend stores float32/float16/bfloat16, integer and bool tensors"
+    if op in _ANY_TYPE or dtype in _FLOATS:
+        return None
+    if op == "BitShift" and dtype not in (DType.UINT8, DType.UINT16, DType.UINT32,
+                                          DType.UINT64):
+        return "the CUDA BitShift shifts unsigned integers only"
+    if op in INTEGER_OPS and dtype in _INTEGERS:
+        return None
+    return f"{op} on the GPU: {_FLOAT_ONLY}" + (
+        "; integer arithmetic covers " + ", ".join(sorted(INTEGER_OPS - {"Cast", "Identity"}))
+        if dtype in _INTEGERS else "")
 
 
 def _shape_refusal(node: Node) -> str | None:
@@ -157,8 +180,8 @@ _STEP_OPS = CUDA_OPS & (POINTWISE | {"Identity"})
 
 def _program_refusal(node: Node) -> TargetRefusal | None:
     """A fused layer's pointwise program (a Pointwise layer's, or a Conv/Gemm/MatMul
-    epilogue, as the builder fuses them): the generated CUDA code computes each step in
-    float and has an expression only for ``_STEP_OPS``."""
+    epilogue, as the builder fuses them): the generated CUDA code has an expression only
+    for ``_STEP_OPS``, each for the types of ``_dtype_refusal``."""
     program = node.attrs.get("program") if node.op == "Pointwise" else (
         node.attrs.get("epilogue") or {}).get("program")
     for i, step in enumerate(program or ()):
@@ -166,9 +189,10 @@ def _program_refusal(node: Node) -> TargetRefusal | None:
             why = CPU_ONLY.get(step["op"], "no kernel")
             return TargetRefusal("cuda.kernel", f"step {i} ({step['op']}) of the fused "
                                  f"program has no CUDA code: {why}")
-        if DType.from_name(step["dtype"]) not in _FLOATS:
+        why = _dtype_refusal(step["op"], DType.from_name(step["dtype"]))
+        if why is not None:
             return TargetRefusal("cuda.types", f"step {i} ({step['op']}) of the fused "
-                                 f"program computes {step['dtype']}: {_FLOAT_ONLY}")
+                                 f"program computes {step['dtype']}: {why}")
     return None
 
 

@@ -1,11 +1,13 @@
 """CUDA kernels, one module per op family; importing this package registers them all."""
 
 from pydla.backends.cuda.kernels import (
+    argreduce,
     conv,
     conv_transpose,
     gemm,
     matmul,
     normalization,
+    pad,
     pointwise,
     pooling,
     recurrent,
@@ -15,5 +17,5 @@ from pydla.backends.cuda.kernels import (
     softmax,
 )
 
-__all__ = ["conv", "conv_transpose", "gemm", "matmul", "normalization", "pointwise", "pooling",
-           "recurrent", "reduce", "resize", "shape", "softmax"]
+__all__ = ["argreduce", "conv", "conv_transpose", "gemm", "matmul", "normalization", "pad",
+           "pointwise", "pooling", "recurrent", "reduce", "resize", "shape", "softmax"]

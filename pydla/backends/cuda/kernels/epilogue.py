@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from pydla.backends.cuda.codegen import c_type, emit_program
+from pydla.backends.cuda.codegen import compute_type, emit_program, storage_type
 from pydla.backends.cuda.layout import Placement, broadcast_strides
+from pydla.dtypes import DType
 from pydla.errors import KernelError
 
 
@@ -23,6 +24,7 @@ class Epilogue:
     args: list[np.uint64]  # their values
     program: Sequence[Mapping[str, Any]]
     strides: list[tuple[int, ...]]  # per extra input, by output logical dimension
+    dtypes: tuple[DType, ...] = ()  # per extra input (a Where's condition may be bool)
 
     def lines(self, value: str, coords: Sequence[str], prefix: str = "r") -> tuple[list[str],
                                                                                    str]:
@@ -31,9 +33,11 @@ class Epilogue:
         out: list[str] = []
         for k, strides in enumerate(self.strides):
             terms = [f"({c}) * {s}" for c, s in zip(coords, strides) if s]
-            out.append(f"const float {prefix}e{k} = ld(e{k} + ({' + '.join(terms) or '0'}));")
+            ctype = compute_type(self.dtypes[k])
+            out.append(f"const {ctype} {prefix}e{k} = ld(e{k} + ({' + '.join(terms) or '0'}));")
             operands.append(f"{prefix}e{k}")
-        lines, result = emit_program(self.program, operands, "epilogue", prefix)
+        dtypes = [DType.FLOAT32, *self.dtypes]
+        lines, result = emit_program(self.program, operands, "epilogue", prefix, dtypes)
         return out + lines, result
 
 
@@ -43,8 +47,9 @@ def make_epilogue(program: Sequence[Mapping[str, Any]], extras: Sequence[Placeme
         strides = [broadcast_strides(p, out.shape) for p in extras]
     except ValueError as e:
         raise KernelError(where, "epilogue", str(e)) from None
-    params = [f"const {c_type(p.dtype, where)}* e{k}" for k, p in enumerate(extras)]
-    return Epilogue(params, [np.uint64(p.ptr) for p in extras], list(program), strides)
+    params = [f"const {storage_type(p.dtype, where)}* e{k}" for k, p in enumerate(extras)]
+    return Epilogue(params, [np.uint64(p.ptr) for p in extras], list(program), strides,
+                    tuple(p.dtype for p in extras))
 
 
 NO_EPILOGUE = Epilogue([], [], [], [])

@@ -1,5 +1,6 @@
 """Elementwise kernels generated per layer (NVRTC): pointwise programs, casts, layout
-changes, transposes and concatenation, over any mix of NHWC and row-major tensors."""
+changes, transposes, concatenation and Expand, over any mix of NHWC and row-major tensors
+and every type the backend stores (float, integer, bool: ``codegen.storage_type``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.backends.cuda.codegen import c_type, emit_program
+from pydla.backends.cuda.codegen import compute_type, emit_program, storage_type
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.layout import Placement, broadcast_strides, layout_strides
 from pydla.backends.cuda.registry import Candidate, Launch, kernel
@@ -56,30 +57,33 @@ def elementwise_source(name: str, shape: Sequence[int], order: Sequence[int],
     vec = 1
     if flat:
         aligned = all(op.offset % 8 == 0 for op in (*operands, out))
-        vec = 4 if size % 4 == 0 and aligned else 1
-    params = [f"const {c_type(op.dtype, where)}* a{k}" for k, op in enumerate(operands)]
-    params.append(f"{c_type(out.dtype, where)}* y")
+        # one load or store moves at most 16 bytes (codegen's Pack)
+        width = 4 if max(op.dtype.itemsize for op in (*operands, out)) <= 4 else 2
+        vec = width if size % width == 0 and aligned else 1
+    params = [f"const {storage_type(op.dtype, where)}* a{k}" for k, op in enumerate(operands)]
+    params.append(f"{storage_type(out.dtype, where)}* y")
+    dtypes = [op.dtype for op in operands]
     body: list[str] = []
     if flat:
         for k, (op, sc) in enumerate(zip(operands, scalar)):
             if sc:
-                body.append(f"const float s{k} = ld(a{k} + {op.offset});")
+                body.append(f"const {compute_type(op.dtype)} s{k} = ld(a{k} + {op.offset});")
         body.append(f"for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < {size // vec}"
                     "; i += (i64)gridDim.x * blockDim.x) {")
         for k, (op, sc) in enumerate(zip(operands, scalar)):
             if not sc:
-                t = c_type(op.dtype, where)
-                body.append(f"  float v{k}[{vec}]; ldv<{t}, {vec}>(a{k} + {op.offset} + i * "
-                            f"{vec}, v{k});")
-        body.append(f"  float res[{vec}];")
+                t = storage_type(op.dtype, where)
+                body.append(f"  {compute_type(op.dtype)} v{k}[{vec}]; ldv<{t}, {vec}>(a{k} + "
+                            f"{op.offset} + i * {vec}, v{k});")
+        body.append(f"  {compute_type(out.dtype)} res[{vec}];")
         body.append(f"  for (int j = 0; j < {vec}; ++j) {{")
         exprs = [f"s{k}" if sc else f"v{k}[j]" for k, sc in enumerate(scalar)]
-        lines, result = emit_program(program, exprs, where)
+        lines, result = emit_program(program, exprs, where, dtypes=dtypes)
         body += ["    " + line for line in lines]
         body.append(f"    res[j] = {result};")
         body.append("  }")
-        body.append(f"  stv<{c_type(out.dtype, where)}, {vec}>(y + {out.offset} + i * {vec}, "
-                    "res);")
+        body.append(f"  stv<{storage_type(out.dtype, where)}, {vec}>(y + {out.offset} + i * "
+                    f"{vec}, res);")
         body.append("}")
         threads = size // vec
     else:
@@ -96,9 +100,9 @@ def elementwise_source(name: str, shape: Sequence[int], order: Sequence[int],
 
         exprs = []
         for k, op in enumerate(operands):
-            body.append(f"  const float v{k} = ld(a{k} + {offset(op)});")
+            body.append(f"  const {compute_type(op.dtype)} v{k} = ld(a{k} + {offset(op)});")
             exprs.append(f"v{k}")
-        lines, result = emit_program(program, exprs, where)
+        lines, result = emit_program(program, exprs, where, dtypes=dtypes)
         body += ["  " + line for line in lines]
         body.append(f"  st(y + {offset(out)}, {result});")
         body.append("}")
@@ -161,18 +165,11 @@ def _single_step(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     return [Candidate("nvrtc", program_launch(ctx, [step], inputs, out, layer.name))]
 
 
-kernel(*sorted(op for op in POINTWISE if op not in ("Not", "IsInf", "IsNaN", "BitShift",
-                                                   "BitwiseNot", "BitwiseAnd", "BitwiseOr",
-                                                   "BitwiseXor", "And", "Or", "Xor", "Equal",
-                                                   "Less", "Greater", "LessOrEqual",
-                                                   "GreaterOrEqual", "Where", "Mod", "Sign",
-                                                   "Shrink", "Celu", "Acos", "Acosh", "Asin",
-                                                   "Asinh", "Atan", "Atanh", "Cosh", "Sinh")),
-       "Identity")(_single_step)
+kernel(*sorted(POINTWISE), "Identity")(_single_step)
 
 
 def _copy(ctx: BindContext, src: Placement, dst: Placement, where: str) -> Launch:
-    """Same logical shape, any layouts and float types."""
+    """Same logical shape, any layouts and types."""
     shape, order, target = over_output(dst)
     operand = Operand(src.ptr, src.dtype, src.strides)
     return elementwise_launch(ctx, shape, order, [operand], target, copy_program(dst.dtype),
@@ -203,6 +200,14 @@ def bind_reshape(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     # Both sides seen as row-major vectors over the source's logical shape.
     row_major = Placement(dst.ptr, src.shape, dst.dtype, "linear")
     return [Candidate("nvrtc", _copy(ctx, src, row_major, layer.name))]
+
+
+@kernel("Expand")
+def bind_expand(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
+    """numpy broadcasting of the input to the output's shape (a copy program)."""
+    src, dst = ctx.place(layer.inputs[0]), ctx.place(layer.outputs[0])
+    return [Candidate("nvrtc", program_launch(ctx, copy_program(dst.dtype), [src], dst,
+                                              layer.name))]
 
 
 @kernel("Transpose")

@@ -1,5 +1,6 @@
-"""Slice, Split and Gather over tensors in any layout: strided copies (NVRTC); and the
-general reshape into a channels-last tensor (row-major order carried through both sides).
+"""Slice, Split and Gather over tensors in any layout and of any stored type: strided
+copies (NVRTC); and the general reshape into a channels-last tensor (row-major order carried
+through both sides).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pydla.backends.cuda.codegen import c_type, decompose, defines, offset
+from pydla.backends.cuda.codegen import decompose, defines, offset, storage_type
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import Placement, layout_strides
@@ -80,11 +81,12 @@ def bind_split(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
 
 _GATHER = r"""
 extern "C" __global__ void gather(const TX* __restrict__ x, const TI* __restrict__ idx,
-    TY* __restrict__ y) {
+    TY* __restrict__ y, i64* __restrict__ bad) {
   for (i64 t = blockIdx.x * (i64)blockDim.x + threadIdx.x; t < TOTAL;
        t += (i64)gridDim.x * blockDim.x) {
 COORDS
     i64 j = (i64)idx[IDX_OFF];
+    if (j < -DIM || j >= DIM) { bad[0] = 1; bad[1] = j; }  /* raised at sync */
     if (j < 0) j += DIM;
     j = j < 0 ? 0 : (j >= DIM ? DIM - 1 : j);
     st(y + Y_OFF, ld(x + X_OFF + j * XSA));
@@ -116,16 +118,17 @@ def bind_gather(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     x_coords = c[:axis] + c[axis + q:]
     x_strides = list(x.strides[:axis]) + list(x.strides[axis + 1:])
     idx_strides = layout_strides(idx.shape, "linear")
-    values = {"TX": c_type(x.dtype, layer.name), "TY": c_type(out.dtype, layer.name),
-              "TI": _INDEX_TYPES[idx.dtype], "TOTAL": out.size, "DIM": x.shape[axis],
-              "XSA": x.strides[axis]}
+    values = {"TX": storage_type(x.dtype, layer.name),
+              "TY": storage_type(out.dtype, layer.name), "TI": _INDEX_TYPES[idx.dtype],
+              "TOTAL": out.size, "DIM": x.shape[axis], "XSA": x.strides[axis]}
     source = defines(values) + (
         _GATHER.replace("COORDS", "\n".join(lines))
         .replace("IDX_OFF", offset(c[axis:axis + q], idx_strides))
         .replace("Y_OFF", offset(c, out.strides)).replace("X_OFF", offset(x_coords, x_strides)))
-    args = [np.uint64(x.ptr), np.uint64(idx.ptr), np.uint64(out.ptr)]
     if out.size == 0:
         return [Candidate("nvrtc", lambda stream: None)]
+    bad = ctx.index_check(layer.name, layer.op, f"axis {axis}", x.shape[axis])
+    args = [np.uint64(x.ptr), np.uint64(idx.ptr), np.uint64(out.ptr), np.uint64(bad)]
     return [Candidate("nvrtc", ctx.kernel_launch(source, "gather", out.size, args))]
 
 
@@ -151,7 +154,7 @@ def reshape_launch(ctx: BindContext, src: Placement, dst: Placement, where: str)
     lines += [f"    const i64 c{d} = p{i};" for i, d in enumerate(order)]
     c = [f"c{d}" for d in range(len(dst.shape))]
     s = [f"s{d}" for d in range(len(src.shape))]
-    values = {"TX": c_type(src.dtype, where), "TY": c_type(dst.dtype, where),
+    values = {"TX": storage_type(src.dtype, where), "TY": storage_type(dst.dtype, where),
               "TOTAL": dst.size}
     source = defines(values) + (
         _RESHAPE.replace("DST_COORDS", "\n".join(lines))
