@@ -50,9 +50,6 @@ _TYPE_NAMES = {
 _SEQ_MAP = "seq(map(int64,tensor(float)))"  # what onnxruntime calls a ZipMap's output
 
 
-_SEQ_MAP = "seq(map(int64,tensor(float)))"  # what onnxruntime calls a ZipMap's output
-
-
 class SessionError(PydlaError):
     """A session call with wrong arguments (names, shapes, types, providers)."""
 
@@ -72,9 +69,6 @@ class _Tensor:
     name: str
     shape: tuple[int | str | None, ...]
     dtype: DType
-    # A ZipMap's output: the loadable holds the (N, C) probabilities, the session returns
-    # onnxruntime's list of {label: probability} (build["zipmap"], docs/builder.md).
-    zipmap: tuple[int, ...] | None = None
     # A ZipMap's output: the loadable holds the (N, C) probabilities, the session returns
     # onnxruntime's list of {label: probability} (build["zipmap"], docs/builder.md).
     zipmap: tuple[int, ...] | None = None

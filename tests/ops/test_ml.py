@@ -23,12 +23,12 @@ TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 
 def ml_model(nodes: Sequence[onnx.NodeProto], inputs: dict[str, tuple[int, list[int]]],
-             outputs: dict[str, tuple[int, list[int]]], default_opset: bool = True
-             ) -> onnx.ModelProto:
+             outputs: dict[str, tuple[int, list[int]]], default_opset: bool = True,
+             ml_opset: int = 3) -> onnx.ModelProto:
     ins = [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()]
     outs = [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()]
-    opsets = [helper.make_opsetid(ML, 3)] + ([helper.make_opsetid("", 17)]
-                                            if default_opset else [])
+    opsets = [helper.make_opsetid(ML, ml_opset)] + ([helper.make_opsetid("", 21)]
+                                                   if default_opset else [])
     model = helper.make_model(helper.make_graph(list(nodes), "ml", ins, outs),
                               opset_imports=opsets)
     model.ir_version = 8
@@ -201,6 +201,30 @@ def test_tree_classifier_two_class_ids() -> None:
     model = tree_model("TreeEnsembleClassifier", a, 3, outs, classlabels_int64s=[1, 2],
                        post_transform="SOFTMAX")
     check(model, tree_input(3))
+
+
+@pytest.mark.parametrize("aggregate,transform", [(1, 0), (0, 0), (2, 2), (3, 1)])
+def test_tree_ensemble_opset5(aggregate: int, transform: int) -> None:
+    """ai.onnx.ml opset 5's TreeEnsemble: numbered enums, leaves in their own arrays. Two
+    trees over 2 targets: tree 0 splits twice (a NaN of feature 1 goes true), tree 1 is one
+    split."""
+    def tensor(name: str, values: list, dtype: int) -> TensorProto:
+        return helper.make_tensor(name, dtype, [len(values)], values)
+
+    node = helper.make_node(
+        "TreeEnsemble", ["x"], ["y"], domain=ML, n_targets=2, aggregate_function=aggregate,
+        post_transform=transform, tree_roots=[0, 2],
+        nodes_modes=tensor("m", [0, 3, 4], TensorProto.UINT8),
+        nodes_featureids=[0, 1, 2], nodes_splits=tensor("s", [0.5, -0.5, 1.0], F),
+        nodes_truenodeids=[1, 0, 3], nodes_trueleafs=[0, 1, 1],
+        nodes_falsenodeids=[2, 1, 4], nodes_falseleafs=[1, 1, 1],
+        nodes_missing_value_tracks_true=[0, 1, 0],
+        leaf_targetids=[0, 1, 0, 1, 0], leaf_weights=tensor("w", [1.0, -2.0, 0.5, 3.0, -1.5],
+                                                            F))
+    model = ml_model([node], {"x": (F, [16, 3])}, {"y": (F, [16, 2])}, ml_opset=5)
+    x = tree_input(3)
+    x[:, 2] = np.where(RNG.random(16) < 0.5, 1.0, x[:, 2])  # the EQ split both ways
+    check(model, x)
 
 
 # -- ZipMap, labels and refusals -----------------------------------------------------------

@@ -43,8 +43,8 @@ LEAF = 6
 MISSING_TRUE = 8
 AGGREGATES = ("SUM", "AVERAGE", "MIN", "MAX")
 _SUM, _MIN, _MAX = 0, 2, 3
-# Rows per thread below which the trees, not the rows, are split between threads.
-_ROWS_PER_THREAD = 4
+# Rows a job walks through each of its trees (a tree's nodes stay in cache meanwhile).
+_BLOCK = 64
 # Failures the numba code reports (kind, tree, node): the caller raises them.
 _BAD_NODE, _CYCLE, _BAD_FEATURE, _BAD_LEAF = 1, 2, 3, 4
 
@@ -77,71 +77,79 @@ def check_arrays(nodes: np.ndarray, offsets: np.ndarray, targets: np.ndarray,
     return np.array([0, 0, 0], np.int64)
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def walk_tree(x: np.ndarray, r: int, root: int, nodes: np.ndarray, thr: np.ndarray,
+              offsets: np.ndarray, targets: np.ndarray, weights: np.ndarray, agg: int,
+              acc: np.ndarray, has: np.ndarray, c: int) -> tuple[int, int]:
+    """Walk row r down one tree into acc[c, r]; (0, 0) or (failure kind, node)."""
+    n_nodes, n_feat, n_t, n_w = nodes.shape[0], x.shape[1], acc.shape[2], targets.size
+    i = root
+    for _ in range(n_nodes):  # a path longer than the node count is a cycle
+        if i < 0 or i >= n_nodes:
+            return _BAD_NODE, i
+        flags = nodes[i, 3]
+        mode = flags & 7
+        if mode == LEAF:
+            lo, hi = offsets[i], offsets[i + 1]
+            if lo < 0 or hi < lo or hi > n_w:
+                return _BAD_LEAF, i
+            for k in range(lo, hi):
+                j = targets[k]
+                if j < 0 or j >= n_t:
+                    return _BAD_LEAF, i
+                w = weights[k]
+                if agg == _MIN:
+                    if has[c, r, j] == 0 or w < acc[c, r, j]:
+                        acc[c, r, j] = w
+                elif agg == _MAX:
+                    if has[c, r, j] == 0 or w > acc[c, r, j]:
+                        acc[c, r, j] = w
+                else:
+                    acc[c, r, j] += w
+                has[c, r, j] = 1
+            return 0, 0
+        f = nodes[i, 0]
+        if f < 0 or f >= n_feat:
+            return _BAD_FEATURE, i
+        v, th = x[r, f], thr[i]
+        if mode == 0:
+            go = v <= th
+        elif mode == 1:
+            go = v < th
+        elif mode == 2:
+            go = v >= th
+        elif mode == 3:
+            go = v > th
+        elif mode == 4:
+            go = v == th
+        else:
+            go = v != th
+        if not go and (flags & MISSING_TRUE) != 0 and np.isnan(v):
+            go = True
+        i = nodes[i, 1] if go else nodes[i, 2]
+    return _CYCLE, i
+
+
 @njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 def walk(x: np.ndarray, nodes: np.ndarray, thr: np.ndarray, offsets: np.ndarray,
-         targets: np.ndarray, weights: np.ndarray, roots: np.ndarray, agg: int,
+         targets: np.ndarray, weights: np.ndarray, roots: np.ndarray, agg: int, block: int,
          acc: np.ndarray, has: np.ndarray, err: np.ndarray) -> None:
     """acc[c, r, :] aggregates the leaves row r reaches in chunk c of the trees; has marks
-    the targets some leaf wrote. err[c·N + r] = [kind, tree, node] of a failure."""
-    chunks, n_rows = acc.shape[0], acc.shape[1]
-    n_trees, n_nodes, n_feat = roots.size, nodes.shape[0], x.shape[1]
-    n_t, n_w = acc.shape[2], targets.size
-    for job in prange(chunks * n_rows):
-        c, r = job // n_rows, job % n_rows
+    the targets some leaf wrote. A job is one chunk of trees over one block of rows, trees
+    outside and rows inside, so that a tree's nodes stay in cache for the whole block.
+    err[job] = [kind, tree, node] of a failure."""
+    chunks, n_rows, n_trees = acc.shape[0], acc.shape[1], roots.size
+    blocks = (n_rows + block - 1) // block
+    for job in prange(chunks * blocks):
+        c, b = job // blocks, job % blocks
+        r_lo, r_hi = b * block, min(n_rows, (b + 1) * block)
         for t in range(n_trees * c // chunks, n_trees * (c + 1) // chunks):
-            i = roots[t]
-            steps = 0
-            while True:
-                if i < 0 or i >= n_nodes:
-                    err[job, 0], err[job, 1], err[job, 2] = _BAD_NODE, t, i
+            for r in range(r_lo, r_hi):
+                kind, node = walk_tree(x, r, roots[t], nodes, thr, offsets, targets,
+                                       weights, agg, acc, has, c)
+                if kind != 0:
+                    err[job, 0], err[job, 1], err[job, 2] = kind, t, node
                     break
-                steps += 1
-                if steps > n_nodes:
-                    err[job, 0], err[job, 1], err[job, 2] = _CYCLE, t, i
-                    break
-                flags = nodes[i, 3]
-                mode = flags & 7
-                if mode == LEAF:
-                    lo, hi = offsets[i], offsets[i + 1]
-                    if lo < 0 or hi < lo or hi > n_w:
-                        err[job, 0], err[job, 1], err[job, 2] = _BAD_LEAF, t, i
-                        break
-                    for k in range(lo, hi):
-                        j = targets[k]
-                        if j < 0 or j >= n_t:
-                            err[job, 0], err[job, 1], err[job, 2] = _BAD_LEAF, t, i
-                            break
-                        w = weights[k]
-                        if agg == _MIN:
-                            if has[c, r, j] == 0 or w < acc[c, r, j]:
-                                acc[c, r, j] = w
-                        elif agg == _MAX:
-                            if has[c, r, j] == 0 or w > acc[c, r, j]:
-                                acc[c, r, j] = w
-                        else:
-                            acc[c, r, j] += w
-                        has[c, r, j] = 1
-                    break
-                f = nodes[i, 0]
-                if f < 0 or f >= n_feat:
-                    err[job, 0], err[job, 1], err[job, 2] = _BAD_FEATURE, t, i
-                    break
-                v, th = x[r, f], thr[i]
-                if mode == 0:
-                    go = v <= th
-                elif mode == 1:
-                    go = v < th
-                elif mode == 2:
-                    go = v >= th
-                elif mode == 3:
-                    go = v > th
-                elif mode == 4:
-                    go = v == th
-                else:
-                    go = v != th
-                if not go and (flags & MISSING_TRUE) != 0 and np.isnan(v):
-                    go = True
-                i = nodes[i, 1] if go else nodes[i, 2]
             if err[job, 0] != 0:
                 break
 
@@ -273,14 +281,15 @@ def bind_tree_ensemble(spec: LayerSpec) -> RunFn:
             raise KernelError(spec.name, spec.op, _CHECKS[int(bad[0]) - 1].format(
                 i=int(bad[1]), v=int(bad[2]), f=features, t=n_t))
         workers = max(1, threads.configure())
-        chunks = 1 if n_rows >= workers * _ROWS_PER_THREAD else max(1, min(workers,
-                                                                          roots.size))
+        blocks = -(-n_rows // _BLOCK)
+        # enough row blocks keep every thread busy; else the trees are split as well
+        chunks = 1 if blocks >= 2 * workers else max(1, min(workers, roots.size))
 
         def run() -> None:
             acc = np.zeros((chunks, n_rows, n_t), np.float64)
             has = np.zeros((chunks, n_rows, n_t), np.uint8)
-            err = np.zeros((chunks * n_rows, 3), np.int64)
-            walk(x, nodes, thr, offsets, targets, weights, roots, agg, acc, has, err)
+            err = np.zeros((chunks * blocks, 3), np.int64)
+            walk(x, nodes, thr, offsets, targets, weights, roots, agg, _BLOCK, acc, has, err)
             failed = np.flatnonzero(err[:, 0])
             if failed.size:
                 raise _failure(spec, *(int(v) for v in err[failed[0]]))

@@ -170,13 +170,88 @@ def import_tree_ensemble(ctx: ImportContext, node: OnnxNode) -> list[Value]:
                         f"{'targets' if regressor else 'classes'}")
     attrs.update(n_targets=n_t, base_values=[float(v) for v in base])
     flat = flatten(ctx, node, prefix, n_t, x.shape[1])
+    n = x.shape[0]
+    types = [((n, n_t), DType.FLOAT32)] if regressor else [((n,), DType.INT64),
+                                                           ((n, n_t), DType.FLOAT32)]
+    return emit_ensemble(ctx, x, flat, attrs, types)
+
+
+def emit_ensemble(ctx: ImportContext, x: Value, flat: FlatTrees, attrs: dict[str, object],
+                  types: list[tuple[tuple[int, ...], DType]]) -> list[Value]:
     arrays = [ctx.const(flat.nodes, DType.INT32, "tree_nodes"),
               ctx.const(flat.thresholds, DType.FLOAT32, "tree_thresholds"),
               ctx.const(flat.offsets, DType.INT32, "tree_leaf_offsets"),
               ctx.const(flat.targets, DType.INT32, "tree_leaf_targets"),
               ctx.const(flat.weights, DType.FLOAT32, "tree_leaf_weights"),
               ctx.const(flat.roots, DType.INT32, "tree_roots")]
-    n = x.shape[0]
-    types = [((n, n_t), DType.FLOAT32)] if regressor else [((n,), DType.INT64),
-                                                           ((n, n_t), DType.FLOAT32)]
     return ctx.emit("TreeEnsemble", [x, *arrays], attrs, out_types=types)
+
+
+# ai.onnx.ml opset 5's TreeEnsemble numbers its enums. post_transform in onnxruntime's
+# order (1.32 casts the number into its own enum: 1 LOGISTIC, 2 SOFTMAX; measured), which
+# the ONNX text lists as 1 SOFTMAX, 2 LOGISTIC: pydla follows the runtime models are
+# checked against.
+_V5_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")
+_V5_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+_V5_TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+
+def _enum(ctx: ImportContext, node: OnnxNode, name: str, names: tuple[str, ...],
+          default: int) -> str:
+    v = int(node.attr(name, default))
+    if not 0 <= v < len(names):
+        raise ctx.error(f"{name} {v} is not one of 0..{len(names) - 1}")
+    return names[v]
+
+
+@onnx_op(ML + "TreeEnsemble")
+def import_tree_ensemble_v5(ctx: ImportContext, node: OnnxNode) -> list[Value]:
+    """Opset 5's one tree op (a regressor): branch nodes 0..n-1, leaves in their own
+    arrays, each child flagged as a node or a leaf. Leaves become LEAF nodes n.. with one
+    weight each; BRANCH_MEMBER (set membership) is refused."""
+    x = float_rows(ctx, node.input(0))
+    n_t = int(node.attr("n_targets", 1))
+    modes = np.asarray(node.attr("nodes_modes", np.zeros(0)), np.int64).reshape(-1)
+    splits = np.asarray(node.attr("nodes_splits", np.zeros(0)), np.float32).reshape(-1)
+    feature, missing = ints(node, "nodes_featureids"), ints(node, "nodes_missing_value_tracks_true")
+    kids = [(ints(node, f"nodes_{side}nodeids"), ints(node, f"nodes_{side}leafs"))
+            for side in ("true", "false")]
+    leaf_t = ints(node, "leaf_targetids")
+    leaf_w = np.asarray(node.attr("leaf_weights", np.zeros(0)), np.float32).reshape(-1)
+    roots = ints(node, "tree_roots")
+    n, leaves = modes.size, leaf_t.size
+    if missing.size == 0:
+        missing = np.zeros(n, np.int64)
+    sizes = [splits.size, feature.size, missing.size] + [a.size for k in kids for a in k]
+    if n == 0 or any(v != n for v in sizes) or leaf_w.size != leaves or roots.size == 0:
+        raise ctx.error(f"the nodes_* attributes must have one entry per node ({n}), the "
+                        f"leaf_* ones one per leaf ({leaves}), and tree_roots one or more")
+    if np.any((modes < 0) | (modes >= len(_V5_MODES))):
+        raise ctx.error("nodes_modes: only BRANCH_LEQ..BRANCH_NEQ (0..5) are supported; "
+                        "BRANCH_MEMBER (6) is not")
+    if np.any((feature < 0) | (feature >= x.shape[1])):
+        raise ctx.error(f"nodes_featureids reads outside the input's {x.shape[1]} features")
+    if np.any((leaf_t < 0) | (leaf_t >= n_t)) or np.any((roots < 0) | (roots >= n)):
+        raise ctx.error("leaf_targetids or tree_roots is out of range")
+    children = []
+    for ids, is_leaf in kids:
+        bound = np.where(is_leaf != 0, leaves, n)
+        if np.any((ids < 0) | (ids >= bound)):
+            raise ctx.error("a child id is out of range")
+        children.append(np.where(is_leaf != 0, n + ids, ids))
+    flags = np.concatenate([modes + np.where(missing != 0, MISSING_TRUE, 0),
+                            np.full(leaves, LEAF)])
+    own = np.arange(n, n + leaves)
+    nodes = np.stack([np.concatenate([feature, np.zeros(leaves, np.int64)]),
+                      np.concatenate([children[0], own]),
+                      np.concatenate([children[1], own]), flags], axis=1)
+    offsets = np.concatenate([np.zeros(n + 1, np.int64), np.arange(1, leaves + 1)])
+    flat = FlatTrees(nodes.astype(np.int32),
+                     np.concatenate([splits, np.zeros(leaves, np.float32)]),
+                     offsets.astype(np.int32), leaf_t.astype(np.int32), leaf_w,
+                     roots.astype(np.int32))
+    attrs: dict[str, object] = {
+        "kind": "regressor", "n_targets": n_t, "base_values": [],
+        "aggregate": _enum(ctx, node, "aggregate_function", _V5_AGGREGATES, 1),
+        "post_transform": _enum(ctx, node, "post_transform", _V5_TRANSFORMS, 0)}
+    return emit_ensemble(ctx, x, flat, attrs, [((x.shape[0], n_t), DType.FLOAT32)])
