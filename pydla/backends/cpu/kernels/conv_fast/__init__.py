@@ -4,7 +4,8 @@
 Tactics (one module each): ``gemm1x1`` (1×1, any stride), ``gemv`` (1×1 on planes of a
 few pixels: squeeze-excitation), ``depthwise`` and
 ``depthwise_c16`` (planes, or blocks of 16 channels), ``direct_c16`` (few input channels:
-stems), ``winograd4`` / ``winograd2`` (3×3 stride 1), ``im2col`` (any 2-D convolution,
+stems), ``direct_planes`` (few output channels per group, long 1-D filters; planar or
+blocked), ``winograd4`` / ``winograd2`` (3×3 stride 1), ``im2col`` (any 2-D convolution,
 as an implicit GEMM), ``taps_c16`` (any one-group convolution as a GEMM over kernel taps
 on staged blocks of 16 channels) and ``transpose`` (ConvTranspose with kernel = stride, tactic
 ``gemm_scatter``). In the channel-blocked layout (pydla.plan.layouts): ``gemm_c16``
@@ -23,6 +24,7 @@ from pydla.backends.cpu.kernels.conv_fast import (  # noqa: F401
     depthwise_c16,
     depthwise_nchw16c,
     direct_c16,
+    direct_planes,
     gemm1x1,
     gemm_c16,
     gemv,

@@ -1,0 +1,268 @@
+"""Direct convolution for few output (or input) channels per group, tactics ``direct_planes``
+and ``direct_planes_nchw16c`` (either side in the channel-blocked layout):
+long 1-D filters on one channel (a CQT front end's 256-tap ``conv1d`` at stride 2), a
+layer with one or a few output channels (a 8→1 5×5 or 32→1 7×3 head), planar or in the
+channel-blocked layout.
+
+The GEMM tactics pad such a layer to their panels: one output channel fills one lane of
+16 (``taps_c16``, blocked), a 1-row image of 172 pixels with 36 channels and K = 256 is a
+tiny GEMM behind a large staging pass (``im2col``). Here the input is first split into
+zero-bordered phase planes (conv_fast.phases: every tap of any stride and dilation is a
+shifted unit-stride run), one call shared by every output channel; then each thread takes
+runs of output positions of one output channel — whole rows while they fit ``RUN``
+values, else pieces of one row — and sums the taps over them four at a time, vectorized
+along the run (the run stays in L1 while all its taps pass). Work is proportional to the
+real channels: a blocked input's padding lanes are never read, a blocked output's are
+written as zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+from pydla.backends.base import LayerSpec, RunFn
+from pydla.backends.cpu import workspace
+from pydla.backends.cpu.fork import fork_call
+from pydla.backends.cpu.kernels.conv_fast.binding import (
+    Thunk,
+    bias_of,
+    bind_conv,
+    runner,
+    with_registers,
+)
+from pydla.backends.cpu.kernels.conv_fast.epilogue import (
+    Epilogue,
+    EpilogueArgs,
+    compile_epilogue,
+    native_epilogue,
+    run_epilogue,
+    run_epilogue_to,
+)
+from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK, Conv2d, conv2d
+from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
+from pydla.backends.cpu.registry import tactic
+from pydla.backends.cpu.workspace import aligned_zeros
+from pydla.errors import KernelError
+
+RUN = 1024  # output positions summed per pass: 4 KiB of accumulators, in L1 with the taps
+MAX_PLANES_BYTES = 64 << 20  # the phase planes of every input channel, kept by the layer
+FEW = 8  # output channels per group at most (or input channels per group at most 2)
+
+
+@njit(cache=True, error_model="numpy")
+def split_task(t: int, x: np.ndarray, planes: np.ndarray, used: np.ndarray, sh: int, sw: int,
+               top: int, left: int, wq: int, nthreads: int) -> None:
+    """x (n, ⌈c/b⌉, h, w, b) with b 1 (planar) or 16 (blocked); planes (n·c, sh·sw, size):
+    thread t scatters its share of the n·c channel planes (borders stay zero)."""
+    b = x.shape[4]
+    c = planes.shape[0] // x.shape[0]
+    tasks = planes.shape[0]
+    per = -(-tasks // nthreads)
+    for task in range(t * per, min(tasks, (t + 1) * per)):
+        img, ch = task // c, task % c
+        split(x[img, ch // b, :, :, ch % b], planes[task], sh, sw, top, left, wq, used)
+
+
+@njit(inline="always", error_model="numpy")
+def _sum_taps(g: np.ndarray, pf: np.ndarray, at: int, toff: np.ndarray, wr: np.ndarray,
+              b: np.float32) -> None:
+    """g[p] = b + Σ_t wr[t]·pf[at + toff[t] + p]: four taps per pass over g, so the run is
+    loaded and stored once per four multiply-adds."""
+    n = g.shape[0]
+    for p in range(n):
+        g[p] = b
+    taps = toff.shape[0]
+    t = 0
+    while t + 4 <= taps:
+        s0, s1 = pf[at + toff[t]:], pf[at + toff[t + 1]:]
+        s2, s3 = pf[at + toff[t + 2]:], pf[at + toff[t + 3]:]
+        w0, w1, w2, w3 = wr[t], wr[t + 1], wr[t + 2], wr[t + 3]
+        for p in range(n):
+            g[p] += w0 * s0[p] + w1 * s1[p] + w2 * s2[p] + w3 * s3[p]
+        t += 4
+    while t < taps:
+        s, wv = pf[at + toff[t]:], wr[t]
+        for p in range(n):
+            g[p] += wv * s[p]
+        t += 1
+
+
+# fastmath "contract" only: a·b + c as one fused multiply-add (one rounding, not two).
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def direct_task(t: int, planes: np.ndarray, toff: np.ndarray, wt: np.ndarray, bias: np.ndarray,
+                y2: np.ndarray, y3: np.ndarray, blocked: int, c: int, m: int, group: int, oh: int,
+                ow: int, wq: int, rows: int, segs: int, seg: int, nthreads: int,
+                grid: np.ndarray, acc: np.ndarray, res: np.ndarray, code: np.ndarray,
+                prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
+                scratch: np.ndarray) -> None:
+    """planes (n·c, sh·sw, size); toff the taps' offsets in a group's planes (flat), wt
+    (m, taps); y2 (n·m, oh·ow) planar rows (blocked: unused), y3 (n·⌈m/16⌉, oh·ow, b).
+    A unit is `rows` whole output rows (segs 1) or a piece of `seg` columns of one row."""
+    n = planes.shape[0] * planes.shape[1] * planes.shape[2]
+    images = planes.shape[0] // c
+    cg, mg = c // group, m // group
+    plane_len = planes.shape[1] * planes.shape[2]
+    pf = planes.reshape(n)
+    units_plane = -(-oh // rows) if segs == 1 else oh * segs
+    units = images * m * units_plane
+    per = -(-units // nthreads)
+    epilogue = code.shape[0] > 0
+    g_all, a_all, r_all = grid[t], acc[t], res[t]
+    for u in range(t * per, min(units, (t + 1) * per)):
+        plane, k = u // units_plane, u % units_plane
+        img, mm = plane // m, plane % m
+        if segs == 1:
+            r0, r1, j0, j1 = k * rows, min(oh, (k + 1) * rows), 0, ow
+        else:
+            r0, j0 = k // segs, (k % segs) * seg
+            r1, j1 = r0 + 1, min(ow, (k % segs) * seg + seg)
+        width = j1 - j0
+        glen = (r1 - r0 - 1) * wq + width
+        at = (img * c + (mm // mg) * cg) * plane_len + r0 * wq + j0
+        g = g_all[:glen]
+        _sum_taps(g, pf, at, toff, wt[mm], bias[mm])
+        cnt = (r1 - r0) * width
+        o0 = r0 * ow + j0  # whole rows or one row's piece: one run of the output
+        if blocked == 0 and not epilogue:
+            for r in range(r1 - r0):
+                copy_bytes(y2[plane].ctypes.data + (o0 + r * ow) * 4,
+                           g.ctypes.data + r * wq * 4, width * 4)
+            continue
+        a = a_all[:cnt]
+        for r in range(r1 - r0):
+            copy_bytes(a.ctypes.data + r * width * 4, g.ctypes.data + r * wq * 4, width * 4)
+        if blocked == 0:
+            run_epilogue(a, y2, plane, o0, code, prm, full0, full1, vecs, scratch[t])
+            continue
+        src = a
+        if epilogue:  # unary steps only (applies): no register reads the blocked layout
+            src = r_all[:cnt]
+            run_epilogue_to(a, src, plane, o0, code, prm, full0, full1, vecs, scratch[t])
+        blk = y3[img * (y3.shape[0] // images) + mm // 16]
+        lane = mm % 16
+        for q in range(cnt):
+            blk[o0 + q, lane] = src[q]
+        if mm == m - 1 and m % 16:  # the last block's lanes past m: zeros, never data
+            for q in range(cnt):
+                for ln in range(m % 16, 16):
+                    blk[o0 + q, ln] = 0.0
+
+
+def _fits(geo: Conv2d) -> bool:
+    wq, size = layout(geo)
+    return geo.n * geo.c * geo.sh * geo.sw * size * 4 <= MAX_PLANES_BYTES
+
+
+def _applies(spec: LayerSpec, blocked: bool) -> bool:
+    geo = conv2d(spec, blocked=blocked)
+    if geo is None or (blocked and not (geo.x_blocked or geo.y_blocked)) or not _fits(geo):
+        return False
+    cg, mg = geo.c // geo.group, geo.m // geo.group
+    if (mg > FEW and cg > 2) or (geo.group > 1 and cg == 1):
+        return False  # many channels: the GEMM tactics; depthwise: its own tactics
+    if geo.y_blocked:  # the epilogue runs on planar runs: it may read no other tensor
+        epi = compile_epilogue(spec)
+        return epi is not None and not epi.full and not epi.vec
+    return True
+
+
+def applies(spec: LayerSpec) -> bool:
+    return _applies(spec, blocked=False)
+
+
+def applies_blocked(spec: LayerSpec) -> bool:
+    return _applies(spec, blocked=True)
+
+
+def taps_table(geo: Conv2d, wq: int, size: int, layer: str) -> np.ndarray:
+    """Each tap's (input channel of its group, i, k) offset into the group's flat planes
+    for output grid position 0; every run the kernel reads is checked to stay inside."""
+    nph = geo.sh * geo.sw
+    cg = geo.c // geo.group
+    toff = np.empty(cg * geo.kh * geo.kw, np.int64)
+    last = (geo.oh - 1) * wq + geo.ow  # grid positions a unit reads: [0, last)
+    t = 0
+    for ci in range(cg):
+        for i in range(geo.kh):
+            for k in range(geo.kw):
+                phase, off = tap(i, k, geo, wq)
+                if off + last > size:
+                    raise KernelError(layer, "Conv", f"tap ({i}, {k}) reads past its phase "
+                                      f"plane ({off} + {last} > {size})")
+                toff[t] = (ci * nph + phase) * size + off
+                t += 1
+    return toff
+
+
+def _units(geo: Conv2d, wq: int) -> tuple[int, int, int]:
+    """(rows, segs, seg): whole rows per unit where a row fits RUN, else a row in segs
+    pieces of seg columns."""
+    if geo.ow <= RUN:
+        return max(1, (RUN - geo.ow) // wq + 1), 1, geo.ow
+    segs = -(-geo.ow // RUN)
+    return 1, segs, -(-geo.ow // segs)
+
+
+def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
+    wq, size = layout(geo)
+    toff = taps_table(geo, wq, size, spec.name)
+    rows, segs, seg = _units(geo, wq)
+    nph = geo.sh * geo.sw
+    # The phase planes' borders are zeroed once, here, and never written: not scratch.
+    planes = aligned_zeros((geo.n * geo.c, nph, size))
+    used = np.ones(nph, np.bool_)
+    run = max((rows - 1) * wq + geo.ow, seg)
+    grid = workspace.scratch((nthreads, run))
+    acc = workspace.scratch((nthreads, RUN))
+    res = workspace.scratch((nthreads, RUN if geo.y_blocked else 1))
+    args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, RUN)
+    zeros = np.zeros(geo.m, np.float32)
+    code, prm, vecs = epi.code, epi.prm, args.vecs
+    xb = BLOCK if geo.x_blocked else 1
+    cb = -(-geo.c // xb)
+    ym = -(-geo.m // BLOCK) if geo.y_blocked else geo.m
+    yb = BLOCK if geo.y_blocked else 1
+    split_threads = min(nthreads, geo.n * geo.c)
+
+    def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
+        x, w = inputs[0], inputs[1]
+        assert x is not None and w is not None
+        out = outputs[0]
+        if out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise KernelError(spec.name, spec.op, "direct_planes writes a C-contiguous "
+                              "float32 output")
+        full0, full1 = args.fulls(inputs)
+        scratch = args.scratch.array
+        y3 = out.reshape(geo.n * ym, geo.pixels, yb)
+        y2 = out.reshape(geo.n * ym, geo.pixels * yb)
+        first = fork_call(split_task, split_threads,
+                          x.reshape(geo.n, cb, geo.h, geo.w, xb), planes, used, geo.sh,
+                          geo.sw, geo.top, geo.left, wq, split_threads)
+        second = fork_call(direct_task, nthreads, planes, toff, w.reshape(geo.m, -1),
+                           bias_of(inputs, geo, zeros), y2, y3, int(geo.y_blocked), geo.c,
+                           geo.m, geo.group, geo.oh, geo.ow, wq, rows, segs, seg, nthreads,
+                           grid.array, acc.array, res.array, code, prm, full0, full1, vecs,
+                           scratch)
+
+        def call() -> None:
+            first()
+            second()
+
+        return with_registers(call, args, inputs)
+
+    return runner(prepare)
+
+
+@tactic("Conv", "direct_planes", applies=applies, native_epilogue=native_epilogue, priority=14)
+def bind_direct_planes(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make)
+
+
+@tactic("Conv", "direct_planes_nchw16c", applies=applies_blocked,
+        native_epilogue=native_epilogue, priority=14)
+def bind_direct_planes_nchw16c(spec: LayerSpec) -> RunFn:
+    return bind_conv(spec, _make, blocked=True)
