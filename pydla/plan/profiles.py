@@ -250,6 +250,9 @@ def _rule(node: Node, flags: list[bool], batch: int) -> str | None:
         if not all(flags) or _axis(attrs.get("axis", 0), rank) == 0:
             return "concatenates along the batch or with a tensor without it"
         return None
+    if op == "Gather" and flags == [False, True] and \
+            _axis(attrs.get("axis", 0), len(node.inputs[0].shape)) == 0:  # type: ignore[union-attr]
+        return None  # an embedding lookup: row i of the indices picks row i of the output
     if op not in _ROW_OPS:
         return "no rule proves its rows independent"
     if not flags[0] or any(flags[1:]):

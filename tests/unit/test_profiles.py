@@ -3,6 +3,8 @@ shape set (pydla.plan.profiles), every shape in range run exactly, against onnxr
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -204,3 +206,50 @@ def test_bad_profiles_refused(kw: dict, message: str) -> None:
             "max_shapes": {"x": (8, *X)}, "autotune": False}
     with pytest.raises(BuildError, match=message):
         build(batch_model(), BuildOptions(**{**base, **kw}))  # type: ignore[arg-type]
+
+
+def _rows_model(nodes: list, out_dims: list, inits: list | None = None,
+                x_type: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    graph = oh.make_graph(nodes, "rows", [oh.make_tensor_value_info("x", x_type, ["N", 4])],
+                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, out_dims)],
+                          inits or [])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _i64(name: str, values: list) -> onnx.TensorProto:
+    return nh.from_array(np.array(values, np.int64), name)
+
+
+@pytest.mark.parametrize("model, why", [
+    (_rows_model([oh.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [4, "N"]),
+     r"perm \[1, 0\] moves axis 0"),
+    (_rows_model([oh.make_node("Reshape", ["x", "s"], ["y"])], [1, None], [_i64("s", [1, -1])]),
+     "does not keep the batch"),
+    (_rows_model([oh.make_node("Shape", ["x"], ["sh"]),
+                  oh.make_node("Gather", ["sh", "zero"], ["n"], axis=0),
+                  oh.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+                  oh.make_node("Div", ["x", "nf"], ["y"])], ["N", 4], [_i64("zero", 0)]),
+     "changes with the batch size"),
+    (_rows_model([oh.make_node("Slice", ["x", "s", "e", "a"], ["y"])], ["N", 4],
+                 [_i64("s", [1]), _i64("e", [2**62]), _i64("a", [0])]),
+     "slices axis 0"),
+    (_rows_model([oh.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], ["N", 4],
+                 [_i64("s", [-1]), _i64("e", [-(2**62)]), _i64("a", [0]), _i64("st", [-1])]),
+     "Slice.* has attributes that change with the batch"),  # reversed rows
+    (_rows_model([oh.make_node("ReduceSum", ["x"], ["y"], keepdims=1)], [1, 1]),
+     "reduces over axis 0"),
+    (_rows_model([oh.make_node("Gather", ["emb", "x"], ["g"], axis=0),
+                  oh.make_node("ReduceMean", ["g"], ["y"], axes=[2], keepdims=0)], ["N", 4],
+                 [nh.from_array(np.ones((10, 3), np.float32), "emb")], TensorProto.INT64),
+     None),  # an embedding lookup keeps rows apart
+])
+def test_batch_row_analysis(model: onnx.ModelProto, why: str | None) -> None:
+    from pydla.frontend.onnx import import_model
+    from pydla.plan.profiles import batch_rows_independent
+
+    graphs = [(import_model(model, {"x": (b, 4)}, {}), b) for b in (8, 7)]
+    found = batch_rows_independent(graphs, {"x"})
+    if why is None:
+        assert found is None
+    else:
+        assert found is not None and re.search(why, found), found
