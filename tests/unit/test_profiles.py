@@ -253,3 +253,40 @@ def test_batch_row_analysis(model: onnx.ModelProto, why: str | None) -> None:
         assert found is None
     else:
         assert found is not None and re.search(why, found), found
+
+
+def two_inputs_model() -> onnx.ModelProto:
+    """x and y share the symbol N; z has a fixed shape."""
+    w = nh.from_array(np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32), "w")
+    nodes = [oh.make_node("Mul", ["x", "y"], ["m"]), oh.make_node("Add", ["m", "z"], ["a"]),
+             oh.make_node("MatMul", ["a", "w"], ["out"])]
+    graph = oh.make_graph(nodes, "two", [
+        oh.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+        oh.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+        oh.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
+        [oh.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])], [w])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_cli_profile_of_two_inputs(tmp_path: pytest.TempPathFactory) -> None:
+    from pydla.tools.cli import main
+
+    onnx_path, engine = tmp_path / "two.onnx", tmp_path / "two.bin"  # type: ignore[operator]
+    onnx.save(two_inputs_model(), onnx_path)
+    assert main(["build", f"--onnx={onnx_path}", f"--saveEngine={engine}",
+                 "--minShapes=x:1x4,y:1x4", "--optShapes=x:2x4,y:2x4",
+                 "--maxShapes=x:5x4,y:5x4", "--builderOptimizationLevel=2"]) == 0
+    data = engine.read_bytes()
+    program = read_loadable(data)
+    assert program.profiles is not None and program.profiles.pad_batch
+    assert [r.name for r in program.profiles.ranges] == ["x", "y", "z"]
+    assert [p.shapes[0][0] for p in program.profiles.profiles] == [2, 1, 4, 5]
+    module = LoadedModule(data)
+    sess = ort.InferenceSession(two_inputs_model().SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    z = x_of((4,))
+    for b in range(1, 6):
+        feeds = {"x": x_of((b, 4)), "y": x_of((b + 10, 4))[:b], "z": z}
+        close(module.run(feeds), sess.run(None, feeds))
+    with pytest.raises(ProfileShapeError, match=r"inputs \['x', 'y'\] share the batch"):
+        module.run({"x": x_of((3, 4)), "y": x_of((2, 4)), "z": z})
