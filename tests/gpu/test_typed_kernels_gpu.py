@@ -26,7 +26,8 @@ from tests.gpu.typed_cases import (  # noqa: E402
 
 
 def _run_both(name: str, precision: DType | None):  # noqa: ANN202
-    model, feeds = {**EXACT_CASES, **FLOAT_CASES, **TOLERANT_CASES}[name]()
+    cases = {**EXACT_CASES, **FLOAT_CASES, **{k: c for k, (c, _) in TOLERANT_CASES.items()}}
+    model, feeds = cases[name]()
     data = build(model, BuildOptions(autotune=False, autocast=precision, target="cuda"))
     inputs = [feeds[i.name] for i in model.graph.input]
     want = LoadedModule(data).run(inputs)
@@ -62,8 +63,9 @@ def test_float_data_exact_at_every_precision(name: str, precision: DType | None)
 @pytest.mark.parametrize("name", sorted(TOLERANT_CASES))
 def test_float_math(name: str) -> None:
     got, want = _run_both(name, None)
+    bound = TOLERANT_CASES[name][1]
     for k, (g, w) in enumerate(zip(got, want)):
-        assert relative_error(g, w) < 1e-5, (name, k, relative_error(g, w))
+        assert relative_error(g, w) < bound, (name, k, relative_error(g, w))
 
 
 def test_gather_index_out_of_range_raises_at_sync_and_recovers() -> None:

@@ -41,7 +41,13 @@ __device__ __forceinline__ float ld(const __half* p) { return __half2float(*p); 
 __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void st(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+/* NaN to bfloat16 as the CPU backend (dtypes.f32_to_bf16): sign and top payload bits kept,
+   quiet bit set (__float2bfloat16_rn gives 0x7fff for every NaN) */
+__device__ __forceinline__ __nv_bfloat16 to_bf16(float v) {
+  return v != v ? __ushort_as_bfloat16((unsigned short)((__float_as_uint(v) >> 16) | 0x40))
+                : __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = to_bf16(v); }
 struct b8 { unsigned char v; };
 __device__ __forceinline__ bool ld(const b8* p) { return p->v != 0; }
 __device__ __forceinline__ void st(b8* p, bool v) { p->v = v ? 1 : 0; }
@@ -74,7 +80,7 @@ __device__ __forceinline__ unsigned long long f2u64(float f) {
 }
 __device__ __forceinline__ float round_f16(float v) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ float round_bf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
+  return v != v ? v : __bfloat162float(__float2bfloat16_rn(v));
 }
 /* VEC consecutive elements through one load/store of up to 16 bytes (the caller keeps the
    address VEC-aligned). */

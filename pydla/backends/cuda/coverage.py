@@ -48,6 +48,8 @@ CUDA_OPS = frozenset({
     "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Expand",
     # pad.py
     "Pad",
+    # rearrange.py
+    "Tile", "DepthToSpace", "SpaceToDepth",
     # pooling.py
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
     # recurrent.py
@@ -65,7 +67,8 @@ _FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 _INTEGERS = _STORED - {*_FLOATS, DType.BOOL}
 # ops whose kernels move, select, compare or cast elements: any stored type
 _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
-                         "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin",
+                         "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin", "Tile",
+                         "DepthToSpace", "SpaceToDepth",
                          "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
@@ -91,11 +94,10 @@ CPU_ONLY: dict[str, str] = {
     # float ops without a kernel yet
     **{op: "no kernel yet" for op in (
         "AffineGrid", "Attention", "CausalConvWithState", "Col2Im", "CumProd", "CumSum",
-        "DFT", "DeformConv", "DepthToSpace", "Det", "Einsum", "GRU", "GridSample",
+        "DFT", "DeformConv", "Det", "Einsum", "GRU", "GridSample",
         "GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LinearAttention",
         "LpNormalization", "LpPool", "MeanVarianceNormalization", "RMSNormalization",
-        "RNN", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "STFT", "SpaceToDepth",
-        "Tile", "Trilu")},
+        "RNN", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "STFT", "Trilu")},
     "TreeEnsemble": "classic-ML tree walk (int32 node arrays, int64 labels): no kernel yet",
     "ScorePostTransform": "classic-ML score transform (PROBIT, SOFTMAX_ZERO, binary "
                           "widening): no kernel yet",

@@ -10,6 +10,7 @@ from pydla.backends.cuda.kernels import (
     pad,
     pointwise,
     pooling,
+    rearrange,
     recurrent,
     reduce,
     resize,
@@ -18,4 +19,5 @@ from pydla.backends.cuda.kernels import (
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "matmul", "normalization", "pad",
-           "pointwise", "pooling", "recurrent", "reduce", "resize", "shape", "softmax"]
+           "pointwise", "pooling", "rearrange", "recurrent", "reduce", "resize", "shape",
+           "softmax"]
