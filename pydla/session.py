@@ -328,10 +328,12 @@ def _onnx_io(data: bytes) -> tuple[list[_Tensor], list[_Tensor]]:
     from pydla.builder import load_model
 
     try:
-        graph = load_model(data).graph
+        model = load_model(data)
     except PydlaError as e:
         raise BuildError(f"not an ONNX model or a loadable: {e}") from e
+    graph = model.graph
     inits = {t.name for t in graph.initializer}
+    inferred = _inferred_output_dims(model)
     from pydla.frontend.onnx.ops.ml import zipmap_outputs
 
     maps = zipmap_outputs(graph)
@@ -343,6 +345,12 @@ def _onnx_io(data: bytes) -> tuple[list[_Tensor], list[_Tensor]]:
         dims: tuple[int | str | None, ...] = tuple(
             d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
             for d in tt.shape.dim)
+        known = inferred.get(v.name)
+        if known is not None and (not tt.HasField("shape") or len(known) == len(dims)):
+            # onnxruntime describes an output with the dims its shape inference fixed
+            dims = known if not tt.HasField("shape") else tuple(
+                k if isinstance(k, int) and not isinstance(d, int) else d
+                for d, k in zip(dims, known))
         try:
             dtype = DType(tt.elem_type)
         except ValueError:
@@ -352,6 +360,23 @@ def _onnx_io(data: bytes) -> tuple[list[_Tensor], list[_Tensor]]:
 
     return ([tensor(v) for v in graph.input if v.name not in inits],
             [tensor(v) for v in graph.output])
+
+
+def _inferred_output_dims(model: Any) -> dict[str, tuple[int | str | None, ...]]:
+    """Graph outputs' dims as ONNX shape inference finds them (empty where it fails)."""
+    import onnx
+
+    try:
+        graph = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001  (inference is a description nicety, never an error)
+        return {}
+    out = {}
+    for v in graph.output:
+        tt = v.type.tensor_type
+        if tt.HasField("shape"):
+            out[v.name] = tuple(d.dim_value if d.HasField("dim_value") else
+                                (d.dim_param or None) for d in tt.shape.dim)
+    return out
 
 
 def _storage(x: np.ndarray, dtype: DType) -> np.ndarray:

@@ -1,0 +1,62 @@
+"""``pydla.InferenceSession`` against ``onnxruntime.InferenceSession`` on the real-model
+corpus: the same description (names, symbolic shapes, type strings) and, for the same feeds,
+the same outputs in the same types — a ZipMap's list of dicts included. Same subsets as
+tests/models/test_corpus.py (the default run, ``-m corpus`` for the rest)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pydla
+from tests.models import corpus
+from tests.models.test_corpus import (
+    MODELS,
+    NO_CORPUS,
+    XFAIL,
+    _as_tensor,
+    assert_matches,
+    model_path,
+)
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _param(m: corpus.Model):  # noqa: ANN202
+    marks = [] if m.default else [pytest.mark.corpus]
+    if m.id in XFAIL:
+        marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[m.id]))
+    return pytest.param(m, id=m.id, marks=marks)
+
+
+@pytest.fixture(autouse=True)
+def _full_corpus_on_request(request):
+    if request.node.get_closest_marker("corpus") and \
+            "corpus" not in (request.config.option.markexpr or ""):
+        pytest.skip("not in the default subset: run with -m corpus")
+
+
+@pytest.mark.skipif(not MODELS, reason=NO_CORPUS or "empty corpus")
+@pytest.mark.parametrize("m", [_param(m) for m in MODELS])
+def test_session_matches_onnxruntime_session(m: corpus.Model, tmp_path):
+    path = model_path(m)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    # autotune off, as test_corpus builds: tuned builds are the benchmark's business
+    ours = pydla.InferenceSession(path, cache_dir=tmp_path, autotune=False)
+    for a, b in ((ours.get_inputs(), theirs.get_inputs()),
+                 (ours.get_outputs(), theirs.get_outputs())):
+        assert [(x.name, x.shape, x.type) for x in a] == [(x.name, x.shape, x.type) for x in b]
+    feeds = m.random_inputs()
+    want = theirs.run(None, feeds)
+    got = ours.run(None, feeds)
+    names = [o.name for o in theirs.get_outputs()]
+    for name, g, w in zip(names, got, want):
+        if isinstance(w, list):  # a ZipMap: a list of {label: probability}, as onnxruntime's
+            assert isinstance(g, list) and len(g) == len(w), name
+            assert [list(r) for r in g] == [list(r) for r in w], name
+        else:
+            assert np.asarray(g).dtype == np.asarray(w).dtype, name
+    assert_matches({n: _as_tensor(g) for n, g in zip(names, got)},
+                   {n: _as_tensor(w) for n, w in zip(names, want)}, "pydla.InferenceSession")
