@@ -203,10 +203,21 @@ def _same_constants(a: Graph, b: Graph) -> str | None:
                 return (f"layer {na.name!r} ({na.op}) reads a constant {va.name!r} that "
                         "changes with the batch size (batch-dependent arithmetic)")
         sized = ("shape", "ends", "sizes") if na.op in ("Reshape", "Slice", "Resize") else ()
-        if {k: v for k, v in na.attrs.items() if k not in sized} != \
-                {k: v for k, v in nb.attrs.items() if k not in sized}:
+        if not _same({k: v for k, v in na.attrs.items() if k not in sized},
+                     {k: v for k, v in nb.attrs.items() if k not in sized}):
             return f"layer {na.name!r} ({na.op}) has attributes that change with the batch"
     return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Attribute values equal (arrays by content: ``==`` on them is elementwise)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and bool(a == b)
 
 
 def _rows_independent(graph: Graph, inputs: set[str], batch: int) -> str | None:
@@ -250,6 +261,9 @@ def _rule(node: Node, flags: list[bool], batch: int) -> str | None:
         if not all(flags) or _axis(attrs.get("axis", 0), rank) == 0:
             return "concatenates along the batch or with a tensor without it"
         return None
+    if op == "MatMul" and all(flags) and all(len(v.shape) == rank >= 3  # type: ignore[union-attr]
+                                             for v in node.inputs):
+        return None  # a batched product (attention's q·kᵀ): row i of both operands makes row i
     if op == "Gather" and flags == [False, True] and \
             _axis(attrs.get("axis", 0), len(node.inputs[0].shape)) == 0:  # type: ignore[union-attr]
         return None  # an embedding lookup: row i of the indices picks row i of the output

@@ -242,6 +242,11 @@ def _i64(name: str, values: list) -> onnx.TensorProto:
                   oh.make_node("ReduceMean", ["g"], ["y"], axes=[2], keepdims=0)], ["N", 4],
                  [nh.from_array(np.ones((10, 3), np.float32), "emb")], TensorProto.INT64),
      None),  # an embedding lookup keeps rows apart
+    (_rows_model([oh.make_node("Reshape", ["x", "s3"], ["r"]),
+                  oh.make_node("MatMul", ["r", "r"], ["mm"]),
+                  oh.make_node("Reshape", ["mm", "s2"], ["y"])], ["N", 4],
+                 [_i64("s3", [0, 2, 2]), _i64("s2", [0, 4])]),
+     None),  # a batched product of two batched operands (attention's q·kᵀ)
 ])
 def test_batch_row_analysis(model: onnx.ModelProto, why: str | None) -> None:
     from pydla.frontend.onnx import import_model
