@@ -41,7 +41,15 @@ def ort_session(model: onnx.ModelProto) -> onnxruntime.InferenceSession:
 def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     sess = ort_session(model)
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds))))
+    return {n: _as_tensor(v) for n, v in zip(names, sess.run(names, dict(feeds)))}
+
+
+def _as_tensor(value: object) -> np.ndarray:
+    """A ZipMap output (onnxruntime's list of {label: probability}) as the (N, C) tensor a
+    loadable holds for it (docs/builder.md, "ZipMap"); any other output as it is."""
+    if isinstance(value, list):
+        return np.array([list(row.values()) for row in value], np.float32)
+    return np.asarray(value)
 
 
 def with_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:

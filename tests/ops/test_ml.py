@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 import pydla
 from pydla.builder import BuildOptions, build
 from pydla.errors import BuildError, ModelImportError
+from pydla.tools import layerwise
 from tests.oracle import assert_close, run_ort, run_pydla
 
 ML = "ai.onnx.ml"
@@ -263,6 +264,8 @@ def test_zipmap_session_returns_maps(tmp_path: Any) -> None:
     data = build(model)
     loaded = pydla.InferenceSession(data, cache_dir=tmp_path)  # a loadable keeps the maps
     assert loaded.run(["probs"], {"x": x})[0] == maps
+    # pydla compare's reference holds the maps as the tensor the loadable returns
+    assert layerwise.run_ort(model, {"x": x})["probs"].shape == (4, 3)
 
 
 def test_zipmap_feeding_a_node_is_refused() -> None:

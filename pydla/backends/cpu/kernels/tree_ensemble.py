@@ -273,8 +273,12 @@ def bind_tree_ensemble(spec: LayerSpec) -> RunFn:
     n_t = int(spec.attrs["n_targets"])
 
     def prebind(ins: Sequence[np.ndarray | None], outs: Sequence[np.ndarray]) -> Thunk:
-        x, nodes, thr, offsets, targets, weights, roots = (
-            np.ascontiguousarray(a) for a in ins)  # type: ignore[arg-type]
+        # x is read in place (a copy would freeze this run's features); the node arrays
+        # are constant weights
+        x = ins[0]
+        nodes, thr, offsets, targets, weights, roots = (
+            np.ascontiguousarray(a) for a in ins[1:])  # type: ignore[arg-type]
+        assert x is not None
         n_rows, features = x.shape
         bad = check_arrays(nodes, offsets, targets, roots, features, n_t)
         if bad[0]:
