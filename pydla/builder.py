@@ -309,8 +309,12 @@ def _build_profile(proto: onnx.ModelProto, options: BuildOptions, zipmaps: Any) 
         for b in (b1, b2):
             shapes = {**options.shapes, **{p.name: (b, *p.opt[1:]) if p.name in batched
                                            else p.opt for p in ranges}}
-            graphs.append((import_model(proto, shapes, options.input_values,
-                                        memory_limit=limit), b))
+            try:
+                graphs.append((import_model(proto, shapes, options.input_values,
+                                            memory_limit=limit), b))
+            except ModelImportError as e:  # the profile promises every shape in range
+                raise BuildError(f"the optimization profile's shapes {dict(shapes)} (inside "
+                                 f"its range) do not import: {e}") from e
         return profiles.batch_rows_independent(graphs, batched)
 
     plan_set = profiles.plan_shapes(ranges, symbols, prove, options.max_profile_plans)

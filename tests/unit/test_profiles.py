@@ -295,3 +295,12 @@ def test_cli_profile_of_two_inputs(tmp_path: pytest.TempPathFactory) -> None:
         close(module.run(feeds), sess.run(None, feeds))
     with pytest.raises(ProfileShapeError, match=r"inputs \['x', 'y'\] share the batch"):
         module.run({"x": x_of((3, 4)), "y": x_of((2, 4)), "z": z})
+
+
+def test_range_the_model_cannot_run_refused() -> None:
+    """A model that reshapes to a constant batch of 1 imports at no other batch."""
+    model = _rows_model([oh.make_node("Reshape", ["x", "s"], ["y"])], [1, 4], [_i64("s", [1, 4])])
+    with pytest.raises(BuildError, match=r"shapes \{'x': \(2, 4\)\} \(inside its range\) do "
+                       "not import: .*Reshape"):
+        build(model, BuildOptions(min_shapes={"x": (1, 4)}, opt_shapes={"x": (1, 4)},
+                                  max_shapes={"x": (2, 4)}, autotune=False))
