@@ -13,7 +13,7 @@ import numpy as np
 from pydla.dtypes import DType, to_compute
 from pydla.engine.inputs import check_input
 from pydla.tools.filearg import add_file_args, check_readable
-from pydla.tools.flags import FlagError
+from pydla.tools.flags import FlagError, parse_shapes
 from pydla.tools.logs import LOG
 
 
@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exportOutput", help="write the outputs to this file: .npz keyed by "
                    "tensor name, or .json in trtexec's layout (name, dimensions, values)")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs")
+    p.add_argument("--shapes", help="input shapes to run, name:4x3x224x224,… (trtexec's run-time "
+                   "--shapes): any shape in the loadable's optimization profile; default its "
+                   "opt shapes")
     p.set_defaults(func=run)
 
 
@@ -121,13 +124,19 @@ def run(args: argparse.Namespace) -> int:
     module = LoadedModule(data)
     prog = module.program
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
-    inputs = load_inputs(args.loadInputs, module.input_names, [t.shape for t in tensors],
+    shapes, _ = parse_shapes(args.shapes)
+    unknown = sorted(set(shapes) - set(module.input_names))
+    if unknown:
+        raise FlagError(f"--shapes names {unknown}; the engine's inputs are "
+                        f"{module.input_names}")
+    inputs = load_inputs(args.loadInputs, module.input_names,
+                         [shapes.get(t.name, t.shape) for t in tensors],
                          [t.dtype for t in tensors], args.seed)
     outputs = module.run(inputs)
     for io, y in zip(prog.outputs, outputs):
         t = prog.tensors[io.tensor]
         v = to_compute(y, t.dtype).astype(np.float64) if y.size else np.zeros(1)
-        LOG.info(f"output {t.name}: shape={t.shape} dtype={t.dtype.short} "
+        LOG.info(f"output {t.name}: shape={y.shape} dtype={t.dtype.short} "
               f"min={v.min():.6g} max={v.max():.6g} mean={v.mean():.6g}")
     if args.exportOutput:
         size = export_outputs(args.exportOutput, module.output_names, outputs,

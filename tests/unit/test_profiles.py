@@ -304,3 +304,17 @@ def test_range_the_model_cannot_run_refused() -> None:
                        "not import: .*Reshape"):
         build(model, BuildOptions(min_shapes={"x": (1, 4)}, opt_shapes={"x": (1, 4)},
                                   max_shapes={"x": (2, 4)}, autotune=False))
+
+
+def test_cli_run_takes_shapes_in_the_profile(batched: bytes, tmp_path, capsys) -> None:
+    from pydla.tools.cli import main
+
+    engine = tmp_path / "b.bin"
+    engine.write_bytes(batched)
+    assert main(["run", str(engine), "--shapes=x:3x3x8x8"]) == 0
+    assert "output y: shape=(3, 64)" in capsys.readouterr().out
+    assert main(["run", str(engine), "--shapes=x:9x3x8x8"]) == 1
+    assert capsys.readouterr().err.strip().endswith(
+        "input 'x': shape (9, 3, 8, 8) is outside the optimization profile "
+        "[min (1, 3, 8, 8), max (8, 3, 8, 8)]")
+    assert main(["run", str(engine), "--shapes=q:1x2"]) == 1
