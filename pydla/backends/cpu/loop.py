@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
 from pydla.backends.base import LayerSpec, RunFn
@@ -53,6 +54,12 @@ def bind_loop(layer: LayerInfo, program: Program, bind: Callable[[Program], Any]
     thunks = body.thunks
     names = [lay.name for lay in body.program.layers]
     pairs = list(zip(state_in, state_out))
+    # The body runs on one thread (its kernels' parts one after another): a decoder step
+    # is a few hundred µs of small layers, and with other processes on the cores every
+    # layer's fork-join barrier waits out a time slice. SLANet's body under load ~10 on 2
+    # cores: 133 ms a step on 2 threads, 2 ms on 1. A governor per body (as the program's,
+    # pydla.backends.cpu.governor) started at 1 thread still spent 30 % of the steps on 2
+    # after noisy probes and ran 9-19 s; one thread ran the whole model in 0.3-1 s.
 
     def run(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> None:
         m, cond = inputs[-2], inputs[-1]
@@ -63,27 +70,34 @@ def bind_loop(layer: LayerInfo, program: Program, bind: Callable[[Program], Any]
         for view, x in zip(captured_in, inputs[n:-2]):
             np.copyto(view, x)  # type: ignore[arg-type]
         i = 0
-        while go and (trips is None or i < trips):
-            if i >= cap:
-                raise KernelError(layer.name, "Loop", f"still running after {cap} iterations, "
-                                  "the layer's max_iterations")
-            iteration.fill(i)
-            cond_in.fill(go)
-            k = 0
-            try:
-                for k, thunk in enumerate(thunks):  # noqa: B007  (k names a failure)
-                    thunk()
-            except PydlaError as e:
-                raise KernelError(layer.name, "Loop", f"iteration {i}, body layer "
-                                  f"{names[k]!r}: {e}") from e
-            except Exception as e:  # a kernel bug or a numeric failure in the body
-                raise KernelError(layer.name, "Loop", f"iteration {i}, body layer "
-                                  f"{names[k]!r}: {type(e).__name__}: {e}") from e
-            if cond is not None:
-                go = bool(cond_out.reshape(-1)[0])
-            for dst, src in pairs:
-                np.copyto(dst, src)
-            i += 1
+        outer = numba.get_num_threads()
+        if outer != 1:
+            numba.set_num_threads(1)
+        try:
+            while go and (trips is None or i < trips):
+                if i >= cap:
+                    raise KernelError(layer.name, "Loop", f"still running after {cap} "
+                                      "iterations, the layer's max_iterations")
+                iteration.fill(i)
+                cond_in.fill(go)
+                k = 0
+                try:
+                    for k, thunk in enumerate(thunks):  # noqa: B007  (k names a failure)
+                        thunk()
+                except PydlaError as e:
+                    raise KernelError(layer.name, "Loop", f"iteration {i}, body layer "
+                                      f"{names[k]!r}: {e}") from e
+                except Exception as e:  # a kernel bug or a numeric failure in the body
+                    raise KernelError(layer.name, "Loop", f"iteration {i}, body layer "
+                                      f"{names[k]!r}: {type(e).__name__}: {e}") from e
+                if cond is not None:
+                    go = bool(cond_out.reshape(-1)[0])
+                for dst, src in pairs:
+                    np.copyto(dst, src)
+                i += 1
+        finally:
+            if outer != 1:  # the layers after the loop run on the program's count
+                numba.set_num_threads(outer)
         for y, view in zip(outputs, state_in):
             np.copyto(y, view)
 
