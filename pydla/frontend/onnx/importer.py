@@ -8,7 +8,7 @@ loadable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,6 +65,27 @@ def _decode_attr(a: onnx.AttributeProto) -> Any:
     return v
 
 
+class LazyAttrs(Mapping[str, Any]):
+    """A node's attributes, each decoded when an importer first reads it: a tree ensemble
+    carries ten attributes of millions of numbers (decoding them all into Python lists took
+    12 s of a 25 s build), which its importer reads from the proto as arrays."""
+
+    def __init__(self, proto: onnx.NodeProto) -> None:
+        self._protos = {a.name: a for a in proto.attribute}
+        self._decoded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._decoded:
+            self._decoded[name] = _decode_attr(self._protos[name])
+        return self._decoded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protos)
+
+    def __len__(self) -> int:
+        return len(self._protos)
+
+
 class OnnxNode:
     """One ONNX node as importers see it: resolved inputs and decoded attributes."""
 
@@ -76,7 +97,7 @@ class OnnxNode:
         self.inputs = inputs
         self.output_names = list(proto.output)
         self.opset = opset
-        self.attrs: dict[str, Any] = {a.name: _decode_attr(a) for a in proto.attribute}
+        self.attrs: Mapping[str, Any] = LazyAttrs(proto)
         self.graph_attrs = {a.name: a.g for a in proto.attribute
                             if a.type == onnx.AttributeProto.GRAPH}
         self._types: list[tuple[tuple[int | None, ...] | None, DType | None]] | None = None
