@@ -249,3 +249,19 @@ def test_the_loop_matches_onnxruntime_run_after_run(loop_loadable: bytes) -> Non
     for trips in (5, 2, 0):
         feeds = _feeds(M=np.array(trips, np.int64))
         np.testing.assert_allclose(module.run(feeds)[0], run_ort(model, feeds)[0], rtol=1e-5)
+
+
+def test_mutated_loop_loadables_end_typed() -> None:
+    """Structure-aware mutations (tests/fuzz) of two Loop loadables, bodies included: each
+    is refused or runs, always with a typed error."""
+    from tests.fuzz.harness import run_input
+    from tests.fuzz.loadables import mutated_loadable
+
+    seeds = [build(_counter_model(), FAST),
+             build(_model("limit", "M", "cond", {}, {"M": (np.int64, []),
+                                                     "cond": (np.bool_, []),
+                                                     "limit": (np.int64, [])}), FAST)]
+    outcomes = {(k, i): run_input("structure", mutated_loadable(seed, "structure", i))
+                for k, seed in enumerate(seeds) for i in range(24)}
+    assert {c: o for c, o in outcomes.items() if o.split(":")[0] not in ("ok", "typed")} == {}
+    assert sum(o == "ok" for o in outcomes.values()) < len(outcomes)  # mutations do land
