@@ -236,6 +236,8 @@ def _decide(node: Node, target: DType, overrides: Mapping[str, str],
             ranges: Mapping[int, float] | None, limit: float) -> tuple[DType | None, str]:
     """The policy's type for a layer (None: its input's) and, when it keeps float32 by
     policy, why."""
+    if node.op == "Loop":  # its carried tensors are its body's, built in the network's types
+        return DType.FLOAT32, "a Loop's body keeps the network's types"
     for name in [node.name, *node.fused_from]:
         if name in overrides:
             try:

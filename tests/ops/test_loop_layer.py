@@ -118,6 +118,20 @@ def test_a_scan_output_asks_for_its_runtime_trip_count_as_a_build_time_value() -
         autotune=False, input_values={"M": feeds["M"]}))
 
 
+@pytest.mark.parametrize("options", [BuildOptions(autotune=False, allow=(DType.FLOAT16,)),
+                                     BuildOptions(autotune=False, autocast=DType.FLOAT16),
+                                     BuildOptions(opt_level=0)], ids=["fp16", "autocast", "O0"])
+def test_a_loop_keeps_the_networks_types_under_precision_flags(options: BuildOptions) -> None:
+    """--fp16/--autocast convert the main graph, never a Loop's carried tensors (its body
+    is built in the network's types; the reader would refuse the mismatch)."""
+    node = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=_body("never"))
+    relu = helper.make_node("Relu", ["y"], ["out"])
+    model = make_model([node, relu], {"M": (np.int64, []), "y0": (np.float32, [2, 3]),
+                                      "x": (np.float32, [2, 3])}, ["out"], opset=13)
+    check_against_ort(model, _feeds(M=np.array(3, np.int64)), rtol=2e-3, atol=2e-3,
+                      options=options)
+
+
 def test_a_short_constant_loop_is_still_unrolled() -> None:
     model = _model("never", "M", "", {"M": np.array(3, np.int64)}, {})
     assert "Loop" not in _ops(build(model, FAST))
