@@ -116,6 +116,12 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
     limit, how = build_memory_limit(options)
     graph = import_model(model, options.shapes, options.input_values, memory_limit=limit)
     graph.remove_dead()
+    if graph.bodies and (options.int8 is not None or options.calibration):
+        # calibration runs the graph's layers one by one in float32 (pydla.quantization.
+        # runner, pydla.plan.calibrate); a Loop's body is a sub-program they cannot run
+        raise BuildError("calibration (--int8, --calibrationInputs) runs the network layer by "
+                         "layer and does not run a Loop layer's body: build this model "
+                         "without them")
     ctx = ctx or PassContext(verbose=options.verbose, echo=options.log)
     autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
     check_build_memory(graph, limit, how, autotune=autotune,

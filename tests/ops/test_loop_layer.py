@@ -132,6 +132,17 @@ def test_a_loop_keeps_the_networks_types_under_precision_flags(options: BuildOpt
                       options=options)
 
 
+def test_int8_calibration_of_a_loop_is_refused_with_the_reason(tmp_path) -> None:  # noqa: ANN001
+    from pydla.errors import BuildError
+    from pydla.quantization import Int8Options
+
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, **{k: v[None] for k, v in _counter_feeds(4).items()})
+    with pytest.raises(BuildError, match="does not run a Loop layer's body"):
+        build(_counter_model(), BuildOptions(autotune=False, int8=Int8Options(
+            calib_data=str(calib), progress=False)))
+
+
 def test_a_short_constant_loop_is_still_unrolled() -> None:
     model = _model("never", "M", "", {"M": np.array(3, np.int64)}, {})
     assert "Loop" not in _ops(build(model, FAST))

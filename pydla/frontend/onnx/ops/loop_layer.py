@@ -126,7 +126,8 @@ def _scalar_input(graph: Graph, vi: onnx.ValueInfoProto, dtype: DType) -> Value:
 
 def loop_layer(ctx: ImportContext, node: OnnxNode, m: Value | None, cond: Value | None,
                carried: list[Value]) -> list[Value]:
-    """Emit ``node`` as one Loop layer; returns the ONNX Loop's outputs."""
+    """Emit ``node`` as one Loop layer; returns the ONNX Loop's outputs (``m`` and ``cond``
+    are single int64 and bool values: import_loop checked)."""
     body = node.graph_attrs["body"]
     if isinstance(ctx, BodyContext):
         raise ctx.error("a Loop inside a Loop body runs as a layer only at the top level: "
@@ -146,10 +147,6 @@ def loop_layer(ctx: ImportContext, node: OnnxNode, m: Value | None, cond: Value 
             raise NotConstantError(f"{why}; {dynamic.name!r} must be a build-time constant",
                                    node.name, node.op_type, dynamic.name)
         raise ctx.error(why)
-    for what, v, dtype in (("trip count M", m, DType.INT64), ("condition", cond, DType.BOOL)):
-        if v is not None and (v.size != 1 or v.dtype is not dtype):
-            raise ctx.error(f"the Loop {what} is {v.dtype.short}{list(v.shape)}; a single "
-                            f"{dtype.short} is required")
     in_names = [vi.name for vi in body.input]
     out_names = [vo.name for vo in body.output]
     # A carried value the body returns as it got it never changes: bound as the outer

@@ -98,6 +98,10 @@ def import_loop(ctx: ImportContext, node: OnnxNode) -> list[Value]:
         raise ctx.error("loop-carried inputs cannot be omitted")
     if m is None and cond is None:
         raise ctx.error("a Loop with neither trip count nor condition never ends")
+    for what, v, dtype in (("trip count M", m, DType.INT64), ("condition", cond, DType.BOOL)):
+        if v is not None and (v.size != 1 or v.dtype is not dtype):
+            raise ctx.error(f"the Loop {what} is {v.dtype.short}{list(v.shape)}; a single "
+                            f"{dtype.short} is required")
     n_carried = len(carried)
     if len(body.output) < 1 + n_carried:
         raise ctx.error(f"the body returns {len(body.output)} values, expected at least "
