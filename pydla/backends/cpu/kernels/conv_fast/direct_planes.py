@@ -43,7 +43,8 @@ from pydla.backends.cpu.kernels.conv_fast.epilogue import (
 )
 from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK, Conv2d, conv2d
 from pydla.backends.cpu.kernels.conv_fast.phases import layout, split, tap
-from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes
+from pydla.backends.cpu.kernels.conv_fast.run_taps import run_taps
+from pydla.backends.cpu.kernels.conv_fast.simd import ACC_VECTORS, copy_bytes
 from pydla.backends.cpu.registry import tactic
 from pydla.backends.cpu.workspace import aligned_zeros
 from pydla.errors import KernelError
@@ -67,54 +68,70 @@ def split_task(t: int, x: np.ndarray, planes: np.ndarray, used: np.ndarray, sh: 
         split(x[img, ch // b, :, :, ch % b], planes[task], sh, sw, top, left, wq, used)
 
 
-@njit(inline="always", error_model="numpy")
-def _sum_taps(g: np.ndarray, pf: np.ndarray, at: int, toff: np.ndarray, wr: np.ndarray,
-              b: np.float32) -> None:
-    """g[p] = b + Σ_t wr[t]·pf[at + toff[t] + p]: four taps per pass over g, so the run is
-    loaded and stored once per four multiply-adds."""
-    n = g.shape[0]
-    for p in range(n):
-        g[p] = b
-    taps = toff.shape[0]
-    t = 0
-    while t + 4 <= taps:
-        s0, s1 = pf[at + toff[t]:], pf[at + toff[t + 1]:]
-        s2, s3 = pf[at + toff[t + 2]:], pf[at + toff[t + 3]:]
-        w0, w1, w2, w3 = wr[t], wr[t + 1], wr[t + 2], wr[t + 3]
-        for p in range(n):
-            g[p] += w0 * s0[p] + w1 * s1[p] + w2 * s2[p] + w3 * s3[p]
-        t += 4
-    while t < taps:
-        s, wv = pf[at + toff[t]:], wr[t]
-        for p in range(n):
-            g[p] += wv * s[p]
-        t += 1
+# Output channels summed together (their runs share each loaded input run), and vectors
+# of 16 positions per call: the accumulators fill three quarters of the vector registers.
+CHUNK = 4
+_V4 = max(1, min(4, ACC_VECTORS // CHUNK))
+_V1 = max(1, min(8, ACC_VECTORS))
+_taps4, _taps4_one = run_taps(_V4, CHUNK), run_taps(1, CHUNK)
+_taps1, _taps1_one = run_taps(_V1, 1), run_taps(1, 1)
 
 
-# fastmath "contract" only: a·b + c as one fused multiply-add (one rounding, not two).
-@njit(cache=True, error_model="numpy", fastmath={"contract"})
-def direct_task(t: int, planes: np.ndarray, toff: np.ndarray, wt: np.ndarray, bias: np.ndarray,
-                y2: np.ndarray, y3: np.ndarray, blocked: int, c: int, m: int, group: int, oh: int,
-                ow: int, wq: int, rows: int, segs: int, seg: int, nthreads: int,
-                grid: np.ndarray, acc: np.ndarray, res: np.ndarray, code: np.ndarray,
-                prm: np.ndarray, full0: np.ndarray, full1: np.ndarray, vecs: np.ndarray,
-                scratch: np.ndarray) -> None:
-    """planes (n·c, sh·sw, size); toff the taps' offsets in a group's planes (flat), wt
-    (m, taps); y2 (n·m, oh·ow) planar rows (blocked: unused), y3 (n·⌈m/16⌉, oh·ow, b).
-    A unit is `rows` whole output rows (segs 1) or a piece of `seg` columns of one row."""
-    n = planes.shape[0] * planes.shape[1] * planes.shape[2]
-    images = planes.shape[0] // c
+@njit(cache=True)
+def _sum_chunk(src: int, offs: int, w: int, taps: int, wstep: int, bias: int, dst: int,
+               dst_step: int, vectors: int) -> None:
+    """CHUNK channels' runs of ``vectors`` × 16 positions (run_taps; byte addresses)."""
+    v = 0
+    while v + _V4 <= vectors:
+        _taps4(src + 64 * v, offs, w, taps, wstep, bias, dst + 64 * v, dst_step)
+        v += _V4
+    while v < vectors:
+        _taps4_one(src + 64 * v, offs, w, taps, wstep, bias, dst + 64 * v, dst_step)
+        v += 1
+
+
+@njit(cache=True)
+def _sum_one(src: int, offs: int, w: int, taps: int, bias: int, dst: int,
+             vectors: int) -> None:
+    """One channel's run of ``vectors`` × 16 positions."""
+    v = 0
+    while v + _V1 <= vectors:
+        _taps1(src + 64 * v, offs, w, taps, 0, bias, dst + 64 * v, 0)
+        v += _V1
+    while v < vectors:
+        _taps1_one(src + 64 * v, offs, w, taps, 0, bias, dst + 64 * v, 0)
+        v += 1
+
+
+@njit(cache=True, error_model="numpy")
+def direct_task(t: int, pf: np.ndarray, toff: np.ndarray, wt: np.ndarray, bias: np.ndarray,
+                y2: np.ndarray, y3: np.ndarray, blocked: int, c: int, m: int, group: int,
+                oh: int, ow: int, wq: int, plane_len: int, rows: int, segs: int, seg: int,
+                nthreads: int, grid: np.ndarray, acc: np.ndarray, res: np.ndarray,
+                code: np.ndarray, prm: np.ndarray, full0: np.ndarray, full1: np.ndarray,
+                vecs: np.ndarray, scratch: np.ndarray) -> None:
+    """pf the phase planes (n·c planes of plane_len, then ≥ 16 floats of slack); toff the
+    taps' byte offsets in a group's planes, wt (m, taps); y2 (n·m, oh·ow) planar rows
+    (blocked: unused), y3 (n·⌈m/16⌉, oh·ow, b). A unit: CHUNK (or one) output channels of
+    a group over `rows` whole output rows (segs 1) or a piece of `seg` columns of one row;
+    grid (threads, CHUNK, run rounded up to 16)."""
+    images = y3.shape[0] // (m if blocked == 0 else -(-m // 16))
     cg, mg = c // group, m // group
-    plane_len = planes.shape[1] * planes.shape[2]
-    pf = planes.reshape(n)
+    chunks = mg // CHUNK + mg % CHUNK  # per group: whole chunks, then single channels
     units_plane = -(-oh // rows) if segs == 1 else oh * segs
-    units = images * m * units_plane
+    units = images * group * chunks * units_plane
     per = -(-units // nthreads)
     epilogue = code.shape[0] > 0
+    taps = toff.shape[0]
     g_all, a_all, r_all = grid[t], acc[t], res[t]
+    gstep = g_all.shape[1] * 4
     for u in range(t * per, min(units, (t + 1) * per)):
         plane, k = u // units_plane, u % units_plane
-        img, mm = plane // m, plane % m
+        img, rest = plane // (group * chunks), plane % (group * chunks)
+        grp, q = rest // chunks, rest % chunks
+        first = grp * mg + (q * CHUNK if q < mg // CHUNK else (mg // CHUNK) * CHUNK
+                            + q - mg // CHUNK)
+        count = CHUNK if q < mg // CHUNK else 1
         if segs == 1:
             r0, r1, j0, j1 = k * rows, min(oh, (k + 1) * rows), 0, ow
         else:
@@ -122,34 +139,45 @@ def direct_task(t: int, planes: np.ndarray, toff: np.ndarray, wt: np.ndarray, bi
             r1, j1 = r0 + 1, min(ow, (k % segs) * seg + seg)
         width = j1 - j0
         glen = (r1 - r0 - 1) * wq + width
-        at = (img * c + (mm // mg) * cg) * plane_len + r0 * wq + j0
-        g = g_all[:glen]
-        _sum_taps(g, pf, at, toff, wt[mm], bias[mm])
+        at = (img * c + grp * cg) * plane_len + r0 * wq + j0
+        src = pf.ctypes.data + at * 4
+        vectors = -(-glen // 16)
+        if count == CHUNK:
+            _sum_chunk(src, toff.ctypes.data, wt[first].ctypes.data, taps, taps * 4,
+                       bias[first:].ctypes.data, g_all.ctypes.data, gstep, vectors)
+        else:
+            _sum_one(src, toff.ctypes.data, wt[first].ctypes.data, taps,
+                     bias[first:].ctypes.data, g_all.ctypes.data, vectors)
         cnt = (r1 - r0) * width
         o0 = r0 * ow + j0  # whole rows or one row's piece: one run of the output
-        if blocked == 0 and not epilogue:
+        for ch in range(count):
+            mm = first + ch
+            g = g_all[ch]
+            yrow = img * m + mm
+            if blocked == 0 and not epilogue:
+                for r in range(r1 - r0):
+                    copy_bytes(y2[yrow].ctypes.data + (o0 + r * ow) * 4,
+                               g.ctypes.data + r * wq * 4, width * 4)
+                continue
+            a = a_all[:cnt]
             for r in range(r1 - r0):
-                copy_bytes(y2[plane].ctypes.data + (o0 + r * ow) * 4,
-                           g.ctypes.data + r * wq * 4, width * 4)
-            continue
-        a = a_all[:cnt]
-        for r in range(r1 - r0):
-            copy_bytes(a.ctypes.data + r * width * 4, g.ctypes.data + r * wq * 4, width * 4)
-        if blocked == 0:
-            run_epilogue(a, y2, plane, o0, code, prm, full0, full1, vecs, scratch[t])
-            continue
-        src = a
-        if epilogue:  # unary steps only (applies): no register reads the blocked layout
-            src = r_all[:cnt]
-            run_epilogue_to(a, src, plane, o0, code, prm, full0, full1, vecs, scratch[t])
-        blk = y3[img * (y3.shape[0] // images) + mm // 16]
-        lane = mm % 16
-        for q in range(cnt):
-            blk[o0 + q, lane] = src[q]
-        if mm == m - 1 and m % 16:  # the last block's lanes past m: zeros, never data
-            for q in range(cnt):
-                for ln in range(m % 16, 16):
-                    blk[o0 + q, ln] = 0.0
+                copy_bytes(a.ctypes.data + r * width * 4, g.ctypes.data + r * wq * 4,
+                           width * 4)
+            if blocked == 0:
+                run_epilogue(a, y2, yrow, o0, code, prm, full0, full1, vecs, scratch[t])
+                continue
+            out = a
+            if epilogue:  # unary steps only (applies): no register reads the blocked layout
+                out = r_all[:cnt]
+                run_epilogue_to(a, out, yrow, o0, code, prm, full0, full1, vecs, scratch[t])
+            blk = y3[img * (y3.shape[0] // images) + mm // 16]
+            lane = mm % 16
+            for q2 in range(cnt):
+                blk[o0 + q2, lane] = out[q2]
+            if mm == m - 1 and m % 16:  # the last block's lanes past m: zeros, never data
+                for q2 in range(cnt):
+                    for ln in range(m % 16, 16):
+                        blk[o0 + q2, ln] = 0.0
 
 
 def _fits(geo: Conv2d) -> bool:
@@ -212,11 +240,14 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     toff = taps_table(geo, wq, size, spec.name)
     rows, segs, seg = _units(geo, wq)
     nph = geo.sh * geo.sw
-    # The phase planes' borders are zeroed once, here, and never written: not scratch.
-    planes = aligned_zeros((geo.n * geo.c, nph, size))
+    plane_len = nph * size
+    # The phase planes' borders are zeroed once, here, and never written: not scratch. The
+    # slack after the last plane: a run rounded up to whole vectors reads ≤ 15 floats on.
+    flat = aligned_zeros(geo.n * geo.c * plane_len + 16)
+    planes = flat[:geo.n * geo.c * plane_len].reshape(geo.n * geo.c, nph, size)
     used = np.ones(nph, np.bool_)
     run = max((rows - 1) * wq + geo.ow, seg)
-    grid = workspace.scratch((nthreads, run))
+    grid = workspace.scratch((nthreads, CHUNK, -(-run // 16) * 16))
     acc = workspace.scratch((nthreads, RUN))
     res = workspace.scratch((nthreads, RUN if geo.y_blocked else 1))
     args = EpilogueArgs(epi, spec.outputs[0].shape, nthreads, RUN)
@@ -227,6 +258,7 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     ym = -(-geo.m // BLOCK) if geo.y_blocked else geo.m
     yb = BLOCK if geo.y_blocked else 1
     split_threads = min(nthreads, geo.n * geo.c)
+    toff_bytes = toff * 4
 
     def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
         x, w = inputs[0], inputs[1]
@@ -242,11 +274,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
         first = fork_call(split_task, split_threads,
                           x.reshape(geo.n, cb, geo.h, geo.w, xb), planes, used, geo.sh,
                           geo.sw, geo.top, geo.left, wq, split_threads)
-        second = fork_call(direct_task, nthreads, planes, toff, w.reshape(geo.m, -1),
+        second = fork_call(direct_task, nthreads, flat, toff_bytes, w.reshape(geo.m, -1),
                            bias_of(inputs, geo, zeros), y2, y3, int(geo.y_blocked), geo.c,
-                           geo.m, geo.group, geo.oh, geo.ow, wq, rows, segs, seg, nthreads,
-                           grid.array, acc.array, res.array, code, prm, full0, full1, vecs,
-                           scratch)
+                           geo.m, geo.group, geo.oh, geo.ow, wq, plane_len, rows, segs, seg,
+                           nthreads, grid.array, acc.array, res.array, code, prm, full0,
+                           full1, vecs, scratch)
 
         def call() -> None:
             first()
