@@ -166,6 +166,48 @@ def _rearrange(dtype: str) -> Case:
     return case
 
 
+def _indexing(dtype: str) -> Case:
+    """GatherElements, GatherND (batch_dims 0 and 1), ScatterElements and ScatterND with
+    negative indices; scatters without a reduction get distinct indices (ONNX leaves
+    duplicates open), the reductions get duplicates."""
+    def case() -> tuple[onnx.ModelProto, Feeds]:
+        n = Net(f"indexing_{dtype}")
+        x = n.input("x", (4, 5, 6), TYPES[dtype])
+        ie = n.input("ie", (4, 3, 6), TensorProto.INT64)
+        nd = n.input("nd", (3, 2), TensorProto.INT64)
+        nb = n.input("nb", (4, 2, 1), TensorProto.INT32)
+        u = n.input("u", (4, 3, 6), TYPES[dtype])
+        us = n.input("us", (3, 6), TYPES[dtype])
+        perm = n.const(np.array([[2], [-1], [0]], np.int64))  # distinct rows of x
+        outs = [n.op("GatherElements", [x, ie], axis=1),
+                n.op("GatherND", [x, nd]),
+                n.op("GatherND", [x, nb], batch_dims=1),
+                n.op("ScatterND", [x, perm, n.input("un", (3, 5, 6), TYPES[dtype])]),
+                n.op("ScatterElements", [x, n.op("Slice", [ie, n.shape_const([0]),
+                                                           n.shape_const([1]),
+                                                           n.shape_const([1])]),
+                                         n.op("Slice", [u, n.shape_const([0]),
+                                                        n.shape_const([1]),
+                                                        n.shape_const([1])])], axis=1)]
+        for red in ("add", "mul", "max", "min"):
+            outs.append(n.op("ScatterElements", [x, ie, u], axis=1, reduction=red))
+        outs.append(n.op("ScatterND", [x, nd, us], reduction="add"))
+        r = _rng(17)
+        if dtype in INTS:
+            vx, vu, vus, vun = (r.integers(-3, 4, sh).astype(dtype) for sh in
+                                ((4, 5, 6), (4, 3, 6), (3, 6), (3, 5, 6)))
+        else:
+            vx, vu, vus, vun = (r.standard_normal(sh) for sh in
+                                ((4, 5, 6), (4, 3, 6), (3, 6), (3, 5, 6)))
+        return n.model(outs, opset=18), {
+            "x": _as(vx, dtype), "ie": r.integers(-5, 5, (4, 3, 6)), "u": _as(vu, dtype),
+            "us": _as(vus, dtype), "un": _as(vun, dtype),
+            "nd": np.array([[1, -1], [3, 0], [1, -1]], np.int64),
+            "nb": r.integers(-5, 5, (4, 2, 1)).astype(np.int32)}
+
+    return case
+
+
 def _pad(dtype: str, rank: int) -> Case:
     def case() -> tuple[onnx.ModelProto, Feeds]:
         n = Net(f"pad_{dtype}_{rank}")
@@ -219,6 +261,24 @@ def _conv_where() -> tuple[onnx.ModelProto, Feeds]:
         "x": _rng(14).standard_normal((1, 4, 6, 6)).astype(np.float32)}
 
 
+def _matmul_mask() -> tuple[onnx.ModelProto, Feeds]:
+    """A Where over a bool mask input fused into a MatMul's and a Gemm's epilogue (the mask
+    is an extra input of the fused layer: a bool tensor read by the epilogue code)."""
+    n = Net("matmul_mask")
+    a = n.input("a", (2, 5, 8))
+    mask = n.input("mask", (1, 5, 6), TensorProto.BOOL)
+    fill = n.const(np.array(-1e4, np.float32))
+    mm = n.op("MatMul", [a, n.weight(8, 6)])
+    a2 = n.input("a2", (5, 8))
+    gm = n.op("Gemm", [a2, n.weight(6, 8), n.weight(6)], transB=1)
+    outs = [n.op("Where", [mask, mm, fill]),
+            n.op("Where", [n.op("Squeeze", [mask, n.shape_const([0])]), gm, fill])]
+    r = _rng(18)
+    return n.model(outs), {"a": r.standard_normal((2, 5, 8)).astype(np.float32),
+                           "a2": r.standard_normal((5, 8)).astype(np.float32),
+                           "mask": r.random((1, 5, 6)) < 0.5}
+
+
 def _float_math() -> tuple[onnx.ModelProto, Feeds]:
     """The float ops added with the typed code (not exact: compared within 1e-5)."""
     n = Net("float_math")
@@ -245,6 +305,7 @@ EXACT_CASES: dict[str, Case] = {
                                                ("int32", 4))},
     **{f"arg_{t}": _argreduce(t) for t in ("int32", "uint8", "int64")},
     "rearrange_int64": _rearrange("int64"),
+    **{f"indexing_{t}": _indexing(t) for t in ("int32", "int64")},
 }
 FLOAT_CASES: dict[str, Case] = {
     "moves_float32": _moves("float32"), "pad_float32_4": _pad("float32", 4),
@@ -252,9 +313,13 @@ FLOAT_CASES: dict[str, Case] = {
     "logic_float": _logic, "rearrange_float32": _rearrange("float32"),
 }
 # (case, relative error bound): the float ops of the typed code; a convolution (cuDNN may use
-# TF32) with bool steps in its epilogue
+# TF32) with bool steps in its epilogue; float scatters (atomic sums in any order); MatMul and
+# Gemm with a bool extra input in their epilogues (fp32 sums in another order)
 TOLERANT_CASES: dict[str, tuple[Case, float]] = {"float_math": (_float_math, 1e-5),
-                                                  "conv_where": (_conv_where, 1e-2)}
+                                                  "conv_where": (_conv_where, 1e-2),
+                                                  "indexing_float32": (_indexing("float32"),
+                                                                       1e-6),
+                                                  "matmul_mask": (_matmul_mask, 1e-5)}
 
 
 def gather_out_of_range() -> tuple[onnx.ModelProto, Feeds]:

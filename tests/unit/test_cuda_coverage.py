@@ -202,3 +202,31 @@ def test_as_built_checks_fused_programs(tmp_path: Path) -> None:
     assert "step 1 (Pow) of the fused program computes int64" in fused.refusal.reason
     onnx.save(ints, path)
     assert main(["check", "--target=cuda", str(path), "--as-built", "--strict"]) == 1
+
+
+def test_epilogue_extras_and_scatter_types() -> None:
+    """A bool mask fused into a MatMul's epilogue (an extra input the typed epilogue code
+    reads) runs as built; a scatter combines 2-, 4- and 8-byte numbers, not bytes."""
+    w = numpy_helper.from_array(np.ones((8, 6), np.float32), "w")
+    fill = numpy_helper.from_array(np.array(-1.0, np.float32), "fill")
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["m"], name="mm"),
+             helper.make_node("Where", ["mask", "m", "fill"], ["y"], name="where")]
+    model = _model(nodes, [_vi("a", TensorProto.FLOAT, [2, 5, 8]),
+                           _vi("mask", TensorProto.BOOL, [1, 5, 6])],
+                   [_vi("y", TensorProto.FLOAT, None)], [w, fill])
+    built = check_cuda_model(model, built=True).layers
+    assert len(built) == 1 and built[0].op == "MatMul" and built[0].supported, built
+
+    idx = numpy_helper.from_array(np.array([[1, 0]], np.int64), "idx")
+    for dtype, reduction, runs in ((TensorProto.UINT8, "add", False),
+                                   (TensorProto.UINT8, "none", True),
+                                   (TensorProto.INT32, "max", True)):
+        node = helper.make_node("ScatterElements", ["x", "idx", "u"], ["s"], name="scatter",
+                                axis=1, reduction=reduction)
+        m = _model([node], [_vi("x", dtype, [1, 3]), _vi("u", dtype, [1, 2])],
+                   [_vi("s", dtype, None)], [idx])
+        [v] = check_cuda_model(m).layers
+        assert v.supported is runs, (dtype, reduction, v.refusal)
+        if not runs:
+            assert v.refusal is not None and v.refusal.rule == "cuda.types"
+            assert "2-, 4- and 8-byte" in v.refusal.reason

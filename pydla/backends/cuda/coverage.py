@@ -40,8 +40,8 @@ CUDA_OPS = frozenset({
     "Conv", "ConvTranspose", "Gemm", "MatMul",
     # normalization.py
     "BatchNormalization", "LayerNormalization",
-    # argreduce.py
-    "ArgMax", "ArgMin",
+    # argreduce.py, indexing.py
+    "ArgMax", "ArgMin", "GatherElements", "GatherND", "ScatterElements", "ScatterND",
     # pointwise.py: fused programs, every pointwise op (typed: float, integer, bool), layout
     # copies, Expand
     "Pointwise", "Identity", *POINTWISE,
@@ -68,7 +68,8 @@ _INTEGERS = _STORED - {*_FLOATS, DType.BOOL}
 # ops whose kernels move, select, compare or cast elements: any stored type
 _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
                          "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin", "Tile",
-                         "DepthToSpace", "SpaceToDepth",
+                         "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
+                         "ScatterElements", "ScatterND",
                          "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
@@ -76,11 +77,6 @@ CPU_ONLY: dict[str, str] = {
     "TopK": "no kernel yet (int64 indices output)",
     "OneHot": "no kernel yet (integer indices)",
     "MaxUnpool": "no kernel yet (int64 indices input)",
-    "GatherElements": "no kernel yet (int64 index tensor; Gather's index kernel is not "
-                      "reused)",
-    "GatherND": "no kernel yet (int64 index tuples)",
-    "ScatterElements": "no kernel yet (int64 index tensor)",
-    "ScatterND": "no kernel yet (int64 index tuples)",
     "TensorScatter": "no kernel yet (int64 write indices)",
     "NegativeLogLikelihoodLoss": "no kernel yet (int64 targets)",
     "SoftmaxCrossEntropyLoss": "no kernel yet (int64 labels)",
@@ -112,18 +108,23 @@ CPU_ONLY: dict[str, str] = {
 }
 
 _INDEX_TYPES = (DType.INT32, DType.INT64)
+_INDEXED = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND")
 _RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
 
 def _type_refusal(node: Node) -> str | None:
     """The first tensor whose type no kernel of this op reads or writes."""
     inputs = list(node.inputs)
-    if node.op == "Gather" and len(inputs) > 1 and inputs[1] is not None:
+    if node.op in _INDEXED and len(inputs) > 1 and inputs[1] is not None:
         idx = inputs[1]
         # constant indices are widened to int64 on upload; tensors must be int32/int64
         if not idx.is_const and idx.dtype not in _INDEX_TYPES:
             return f"indices {idx.name} are {idx.dtype.name.lower()}, not int32/int64"
-        inputs = inputs[:1]
+        inputs = inputs[:1] + inputs[2:]
+    if node.op in ("ScatterElements", "ScatterND") and node.attrs.get(
+            "reduction", "none") != "none" and inputs[0].dtype.itemsize == 1:
+        return f"reduction {node.attrs['reduction']!r} over {inputs[0].dtype.name.lower()}: " \
+               "the CUDA scatter combines 2-, 4- and 8-byte numbers only"
     if node.op == "LSTM" and node.attrs.get("quantize_hidden"):
         return "quantize_hidden (DynamicQuantizeLSTM's uint8 round trip of h) runs on the CPU"
     if node.op == "LSTM" and len(inputs) > 4 and inputs[4] is not None:
@@ -131,6 +132,15 @@ def _type_refusal(node: Node) -> str | None:
             return "sequence_lens computed at run time: the CUDA LSTM runs full-length " \
                    "sequences only"
         inputs = inputs[:4] + inputs[5:]
+    extra = int((node.attrs.get("epilogue") or {}).get("inputs", 0))
+    if extra and node.op != "Pointwise":
+        # a fused epilogue's extra inputs (its last inputs) are read by the program's typed
+        # code (a Where's bool condition…): the program's steps are checked on their own
+        for v in inputs[len(inputs) - extra:]:
+            if v is not None and v.dtype not in _STORED:
+                return f"{v.name} is {v.dtype.name.lower()}: the CUDA backend stores no " \
+                       f"{v.dtype.name.lower()} tensors"
+        inputs = inputs[:len(inputs) - extra]
     values = [v for v in inputs + list(node.outputs) if v is not None]
     if node.op in _RESHAPES and all(len(v.shape) != 4 for v in values):
         return None  # row-major on both sides: a memcpy, whatever the type

@@ -5,6 +5,7 @@ from pydla.backends.cuda.kernels import (
     conv,
     conv_transpose,
     gemm,
+    indexing,
     matmul,
     normalization,
     pad,
@@ -18,6 +19,7 @@ from pydla.backends.cuda.kernels import (
     softmax,
 )
 
-__all__ = ["argreduce", "conv", "conv_transpose", "gemm", "matmul", "normalization", "pad",
+__all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
+           "pad",
            "pointwise", "pooling", "rearrange", "recurrent", "reduce", "resize", "shape",
            "softmax"]
