@@ -125,8 +125,8 @@ class InferenceSession:
             self._inputs = [_Tensor(t.name, t.shape, t.dtype) for t in
                             (program.tensors[io.tensor] for io in program.inputs)]
             maps = program.build.get("zipmap", {})
-            self._outputs = [_Tensor(t.name, t.shape, t.dtype, _labels(maps, t.name)) for t in
-                             (program.tensors[io.tensor] for io in program.outputs)]
+            self._outputs = [_Tensor(t.name, t.shape, t.dtype, _labels(maps, t.name, t.shape))
+                             for t in (program.tensors[io.tensor] for io in program.outputs)]
             self._modules[tuple(tuple(t.shape) for t in self._inputs)] = module
             # an optimization profile's loadable runs every shape in its range (the module
             # picks the plan): dims that differ between its plans are symbolic, as in ONNX
@@ -404,8 +404,23 @@ def _check_type(t: _Tensor, shape: Sequence[int], dtype: np.dtype) -> None:
                                f"{dim} ({_dims(t.shape)})")
 
 
-def _labels(maps: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
-    return tuple(int(v) for v in maps[name]) if name in maps else None
+def _labels(maps: Any, name: str, shape: Sequence[Any] | None = None
+            ) -> tuple[int, ...] | None:
+    """The ZipMap labels of output ``name``, if any. A loadable's (``shape`` given) are
+    untrusted metadata: a list of ints, one per column of a (N, C) output."""
+    if not isinstance(maps, Mapping):
+        raise SessionError(f"build metadata 'zipmap' is {type(maps).__name__}, not an "
+                           "object of output names")
+    if name not in maps:
+        return None
+    labels = maps[name]
+    if not isinstance(labels, list) or any(isinstance(v, bool) or not isinstance(v, int)
+                                           for v in labels):
+        raise SessionError(f"build metadata zipmap[{name!r}] is not a list of int64 labels")
+    if shape is not None and (len(shape) != 2 or shape[1] != len(labels)):
+        raise SessionError(f"build metadata zipmap[{name!r}] has {len(labels)} labels for "
+                           f"output {name!r} of shape {tuple(shape)} (one per column of (N, C))")
+    return tuple(labels)
 
 
 def _zipped(y: np.ndarray, labels: Sequence[int]) -> list[dict[int, float]]:

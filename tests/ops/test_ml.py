@@ -229,7 +229,7 @@ def test_tree_ensemble_opset5(aggregate: int, transform: int) -> None:
 
 
 # -- ZipMap, labels and refusals -----------------------------------------------------------
-def _zipped_model(default_opset: bool = True) -> onnx.ModelProto:
+def zipped_model(default_opset: bool = True) -> onnx.ModelProto:
     lin = helper.make_node("LinearClassifier", ["x"], ["label", "scores"], domain=ML,
                            coefficients=[0.5, -1.0, 2.0, 0.3, 1.0, -0.2],
                            intercepts=[0.1, 0.2, -0.3], classlabels_ints=[7, 8, 9],
@@ -248,7 +248,7 @@ def _zipped_model(default_opset: bool = True) -> onnx.ModelProto:
 def test_zipmap_session_returns_maps(tmp_path: Any) -> None:
     """An ai.onnx.ml-only model imports; the session returns ZipMap's list of dicts as
     onnxruntime, cuDLA-style callers get the probability tensor."""
-    model = _zipped_model(default_opset=False)
+    model = zipped_model(default_opset=False)
     x = RNG.standard_normal((4, 2)).astype(np.float32)
     want = run_ort(model, {"x": x})
     sess = pydla.InferenceSession(model, cache_dir=tmp_path)
@@ -269,7 +269,7 @@ def test_zipmap_session_returns_maps(tmp_path: Any) -> None:
 
 
 def test_zipmap_feeding_a_node_is_refused() -> None:
-    model = _zipped_model()
+    model = zipped_model()
     model.graph.node.append(helper.make_node("Identity", ["probs"], ["again"]))
     with pytest.raises(BuildError, match="ZipMap.*feed another node"):
         build(model, BuildOptions())

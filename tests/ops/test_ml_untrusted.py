@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
+import pydla
 from pydla.backends.cpu import CpuBackend
 from pydla.builder import build
 from pydla.engine import LoadedModule
 from pydla.errors import KernelError, LoadableError
 from pydla.loadable import read_loadable
-from tests.ops.test_ml import F, random_trees, tree_model
+from pydla.session import SessionError
+from tests.ops.test_ml import F, random_trees, tree_model, zipped_model
 from tests.unit.test_loadable import header, meta_of, resign
 
 OPS = CpuBackend().supported_ops()
@@ -88,3 +91,18 @@ def test_rule_refuses_arrays_that_do_not_fit(loadable: bytes, tamper, message: s
     with pytest.raises(LoadableError, match=rf"layers\[{index}\]\.{re.escape(message)}: "
                        r"layer .* \(TreeEnsemble\)"):
         read_loadable(resign(loadable, meta), OPS)
+
+
+@pytest.mark.parametrize("zipmap,message", [
+    ({"probs": [7, 8]}, "2 labels for output 'probs' of shape"),
+    ({"probs": ["a", "b", "c"]}, "not a list of int64 labels"),
+    ([1, 2], "not an object"),
+])
+def test_session_refuses_bad_zipmap_metadata(tmp_path: Any, zipmap: Any, message: str) -> None:
+    """build['zipmap'] is metadata of an untrusted file too: the session checks it names
+    one int label per column before it makes maps from it."""
+    data = build(zipped_model())
+    meta = meta_of(data)
+    meta["build"]["zipmap"] = zipmap
+    with pytest.raises(SessionError, match=message):
+        pydla.InferenceSession(resign(data, meta), cache_dir=tmp_path)
