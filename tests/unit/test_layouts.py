@@ -510,7 +510,9 @@ def forking(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return str(request.param)
 
 
-@pytest.mark.parametrize("shape", [(1, 32, 7, 7), (2, 72, 5, 9), (1, 16, 1, 1), (3, 5, 4, 4)])
+# (1, 8, 70, 61): a partial block over two tasks of pixels (reorder.CHUNK), a ragged end
+@pytest.mark.parametrize("shape", [(1, 32, 7, 7), (2, 72, 5, 9), (1, 16, 1, 1), (3, 5, 4, 4),
+                                   (1, 8, 70, 61), (2, 40, 66, 65)])
 def test_reorder_round_trip(shape: tuple[int, ...], forking: str) -> None:
     x = _rand(*shape)
     c = shape[1]

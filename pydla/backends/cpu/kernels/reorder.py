@@ -3,8 +3,9 @@ puts at the edges of a blocked region, and the numpy forms the reference kernels
 
 Attributes: ``to`` — ``nchw16c`` (planar (n, c, h, w) → blocked (n, ⌈c/16⌉, h, w, 16), the
 lanes past channel c zero) or ``nchw`` (back) — and ``channels``, c. The fast path moves
-16 channels × 16 pixels per register transpose (simd.transpose16), one task per (image,
-channel block) on the engine's threads.
+16 channels × 16 pixels per register transpose (simd.transpose16; a partial last block
+through a zero-padded stage), tasks of (image, channel block, CHUNK pixels) on the
+engine's threads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu import threads
 from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCK as L
 from pydla.backends.cpu.kernels.conv_fast.geometry import BLOCKED, PLANAR
-from pydla.backends.cpu.kernels.conv_fast.simd import transpose16
+from pydla.backends.cpu.kernels.conv_fast.simd import copy_bytes, transpose16
 from pydla.backends.cpu.registry import kernel
 from pydla.backends.cpu.steps import PreboundKernel, kernel_call
 from pydla.errors import KernelError
@@ -45,30 +46,46 @@ def to_planar(xb: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(planar[:, :channels])
 
 
+# Pixels per task: a plane of a few blocks is still shared by the threads.
+CHUNK = 4096
+
+
 @njit(inline="always", error_model="numpy")
 def _reorder_body(x: np.ndarray, y: np.ndarray, blocking: bool, nthreads: int) -> None:
     """x (n, c, p) planar and y (n, cb, p, 16) blocked: y from x when ``blocking`` (zero
-    past channel c), else x from y."""
+    past channel c), else x from y. A partial last block (c not a multiple of 16) goes
+    through a 16×16 stage whose rows past c stay zero: one register transpose per 16
+    pixels there too (a value at a time, an 8-channel 172×264 plane took 0.56 ms)."""
     n, c, p = x.shape
     cb = y.shape[1]
-    tasks = n * cb
+    chunks = -(-p // CHUNK)
+    tasks = n * cb * chunks
     per = -(-tasks // nthreads)
     for t in prange(nthreads):
+        stage = np.zeros((L, L), np.float32)
+        sa = stage.ctypes.data
         for task in range(t * per, min(tasks, (t + 1) * per)):
-            img, blk = task // cb, task % cb
+            img, blk, k = task // (cb * chunks), (task // chunks) % cb, task % chunks
+            q, q1 = k * CHUNK, min(p, (k + 1) * CHUNK)
             c0 = blk * L
             nl = min(L, c - c0)
             block = y[img, blk]
-            q = 0
-            if nl == L:  # 16 pixels × 16 channels per register transpose
-                pa, ba = x[img, c0].ctypes.data, block.ctypes.data
-                while q + L <= p:
-                    if blocking:
-                        transpose16(pa + q * 4, p * 4, ba + q * L * 4, L * 4, 0)
-                    else:
-                        transpose16(ba + q * L * 4, L * 4, pa + q * 4, p * 4, 0)
-                    q += L
-            for j in range(q, p):
+            pa, ba = x[img, c0].ctypes.data, block.ctypes.data
+            while q + L <= q1:  # 16 pixels × 16 channels per register transpose
+                if nl == L and blocking:
+                    transpose16(pa + q * 4, p * 4, ba + q * L * 4, L * 4, 0)
+                elif nl == L:
+                    transpose16(ba + q * L * 4, L * 4, pa + q * 4, p * 4, 0)
+                elif blocking:
+                    for lane in range(nl):
+                        copy_bytes(sa + lane * L * 4, pa + (lane * p + q) * 4, L * 4)
+                    transpose16(sa, L * 4, ba + q * L * 4, L * 4, 0)
+                else:
+                    transpose16(ba + q * L * 4, L * 4, sa, L * 4, 0)
+                    for lane in range(nl):
+                        copy_bytes(pa + (lane * p + q) * 4, sa + lane * L * 4, L * 4)
+                q += L
+            for j in range(q, q1):
                 for lane in range(nl):
                     if blocking:
                         block[j, lane] = x[img, c0 + lane, j]

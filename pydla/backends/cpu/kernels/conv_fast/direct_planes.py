@@ -51,6 +51,7 @@ from pydla.errors import KernelError
 
 RUN = 1024  # output positions summed per pass: 4 KiB of accumulators, in L1 with the taps
 MAX_PLANES_BYTES = 64 << 20  # the phase planes of every input channel, kept by the layer
+SPLIT_ALONE = 1 << 19  # input values split on the calling thread
 FEW = 8  # output channels per group at most (or input channels per group at most 2)
 
 
@@ -257,7 +258,11 @@ def _make(spec: LayerSpec, geo: Conv2d, epi: Epilogue, nthreads: int) -> RunFn:
     cb = -(-geo.c // xb)
     ym = -(-geo.m // BLOCK) if geo.y_blocked else geo.m
     yb = BLOCK if geo.y_blocked else 1
-    split_threads = min(nthreads, geo.n * geo.c)
+    # A small input is split on the calling thread: a second fork and join per layer cost
+    # more than the copy (≈ 1 ns a value) on a shared machine, where a join waits for a
+    # descheduled worker.
+    values = geo.n * geo.c * geo.h * geo.w
+    split_threads = 1 if values <= SPLIT_ALONE else min(nthreads, geo.n * geo.c)
     toff_bytes = toff * 4
 
     def prepare(inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> Thunk:
