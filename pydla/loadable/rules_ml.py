@@ -31,8 +31,8 @@ def _tree_ensemble(check: LayerCheck) -> Expected:
     kind = check.choice("kind", ("classifier", "regressor"))
     check.arity(7, 7, 2 if kind == "classifier" else 1)
     x = check.x(0, 2)
-    check.need(x.dtype is DType.FLOAT32, 0, f"{x.name!r} is {x.dtype.name.lower()}, the "
-               "features are float32")
+    check.need(x.dtype in (DType.FLOAT32, DType.FLOAT64), 0, f"{x.name!r} is "
+               f"{x.dtype.name.lower()}, the features are float32 or float64")
     nodes = check.x(1, 2)
     n = nodes.shape[0]
     check.need(nodes.shape == (n, 4) and n >= 1 and nodes.dtype is DType.INT32, 1,

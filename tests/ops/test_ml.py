@@ -195,12 +195,15 @@ def test_tree_classifier_binary(transform: str, positive: bool, base: list[float
     check(model, tree_input(3))
 
 
-def test_tree_classifier_two_class_ids() -> None:
-    """Two labels with weights on both classes: scored as two classes."""
+@pytest.mark.parametrize("base", [[], [0.2, 0.2]])
+def test_tree_classifier_two_class_ids(base: list[float]) -> None:
+    """Two labels with weights on both classes: scored as two classes (with two base
+    values onnxruntime scores the second class from the first)."""
     a = random_trees(4, 2, 3, 2, seed=5)
     outs = {"label": (TensorProto.INT64, [16]), "probs": (F, [16, 2])}
+    extra = {"base_values": base} if base else {}
     model = tree_model("TreeEnsembleClassifier", a, 3, outs, classlabels_int64s=[1, 2],
-                       post_transform="SOFTMAX")
+                       post_transform="SOFTMAX", **extra)
     check(model, tree_input(3))
 
 
@@ -225,6 +228,23 @@ def test_tree_ensemble_opset5(aggregate: int, transform: int) -> None:
     model = ml_model([node], {"x": (F, [16, 3])}, {"y": (F, [16, 2])}, ml_opset=5)
     x = tree_input(3)
     x[:, 2] = np.where(RNG.random(16) < 0.5, 1.0, x[:, 2])  # the EQ split both ways
+    check(model, x)
+
+
+def test_tree_double_input_compares_in_double() -> None:
+    """A float64 input is compared with the (float) thresholds in double, as onnxruntime
+    does: values a hair off a threshold, which a float32 cast would round onto it."""
+    a = random_trees(3, 2, 2, 2, seed=8)
+    for k, mode in enumerate(a["nodes_modes"]):
+        if mode != "LEAF":
+            a["nodes_modes"][k] = "BRANCH_LEQ"
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=2,
+        target_treeids=a["w_tree"], target_nodeids=a["w_node"], target_ids=a["w_id"],
+        target_weights=a["w_val"], **{k: v for k, v in a.items() if k.startswith("nodes_")})
+    model = ml_model([node], {"x": (TensorProto.DOUBLE, [16, 2])}, {"y": (F, [16, 2])})
+    grid = np.array([-1.0, -0.5, 0.0, 0.5], np.float64)
+    x = RNG.choice(grid, (16, 2)) + RNG.choice([-1e-12, 1e-12], (16, 2))
     check(model, x)
 
 

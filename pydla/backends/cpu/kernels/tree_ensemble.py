@@ -2,7 +2,8 @@
 walk over flattened node arrays, finished as onnxruntime finishes them.
 
 Inputs (the importer, pydla.frontend.onnx.ops.ml_trees, flattens every tree into them):
-``x`` (N, F) float32; ``nodes`` (n, 4) int32 rows [feature, true child, false child,
+``x`` (N, F) float32 or float64 (compared with the thresholds in its precision);
+``nodes`` (n, 4) int32 rows [feature, true child, false child,
 flags] with flags = mode (0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, 6 LEAF) | missing-track-true
 << 3; ``thresholds`` (n,) float32; ``leaf_offsets`` (n + 1,) int32 and ``leaf_targets``,
 ``leaf_weights`` (W,): node i's weights are entries offsets[i]..offsets[i+1]; ``roots``

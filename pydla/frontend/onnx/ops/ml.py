@@ -76,9 +76,10 @@ def int_labels(ctx: ImportContext, node: OnnxNode, ints_name: str, strings_name:
     return ints(node, ints_name)
 
 
-def float_rows(ctx: ImportContext, x: Value | None) -> Value:
+def float_rows(ctx: ImportContext, x: Value | None, keep_double: bool = False) -> Value:
     """The (N, F) float32 input of a classic-ML model (onnxruntime casts ints and
-    doubles to float too; a 1-D input is one row)."""
+    doubles to float too; a 1-D input is one row). ``keep_double``: a float64 input stays
+    float64 (onnxruntime's trees compare doubles with their thresholds in double)."""
     if x is None:
         raise ctx.error("input X is required")
     if x.dtype not in _NUMERIC_INPUTS:
@@ -89,7 +90,7 @@ def float_rows(ctx: ImportContext, x: Value | None) -> Value:
                      out_types=[((1, x.shape[0]), x.dtype)])[0]
     if len(x.shape) != 2:
         raise ctx.error(f"input {x.name!r} has shape {x.shape}; the op takes (N, F)")
-    if x.dtype is not DType.FLOAT32:
+    if x.dtype is not DType.FLOAT32 and not (keep_double and x.dtype is DType.FLOAT64):
         x = ctx.emit("Cast", [x], {"to": int(DType.FLOAT32)},
                      out_types=[(x.shape, DType.FLOAT32)])[0]
     return x

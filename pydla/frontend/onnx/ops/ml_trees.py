@@ -143,7 +143,7 @@ def _leaf_weights(ctx: ImportContext, node: OnnxNode, prefix: str, keys: np.ndar
 
 @onnx_op(ML + "TreeEnsembleClassifier", ML + "TreeEnsembleRegressor")
 def import_tree_ensemble(ctx: ImportContext, node: OnnxNode) -> list[Value]:
-    x = float_rows(ctx, node.input(0))
+    x = float_rows(ctx, node.input(0), keep_double=True)
     regressor = node.op_type == "TreeEnsembleRegressor"
     transform = choice(ctx, node, "post_transform", TRANSFORMS, "NONE")
     base = floats(node, "base_values")
@@ -209,7 +209,7 @@ def import_tree_ensemble_v5(ctx: ImportContext, node: OnnxNode) -> list[Value]:
     """Opset 5's one tree op (a regressor): branch nodes 0..n-1, leaves in their own
     arrays, each child flagged as a node or a leaf. Leaves become LEAF nodes n.. with one
     weight each; BRANCH_MEMBER (set membership) is refused."""
-    x = float_rows(ctx, node.input(0))
+    x = float_rows(ctx, node.input(0), keep_double=True)
     n_t = int(node.attr("n_targets", 1))
     modes = np.asarray(node.attr("nodes_modes", np.zeros(0)), np.int64).reshape(-1)
     splits = np.asarray(node.attr("nodes_splits", np.zeros(0)), np.float32).reshape(-1)
