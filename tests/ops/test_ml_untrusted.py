@@ -106,3 +106,25 @@ def test_session_refuses_bad_zipmap_metadata(tmp_path: Any, zipmap: Any, message
     meta["build"]["zipmap"] = zipmap
     with pytest.raises(SessionError, match=message):
         pydla.InferenceSession(resign(data, meta), cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["tree_nodes", "tree_leaf_offsets", "tree_leaf_targets",
+                                  "tree_roots"])
+def test_random_id_corruption_ends_typed(loadable: bytes, name: str) -> None:
+    """Ten random corruptions of one id array (any int32 at any entry, several at once):
+    each loads and runs, or is refused with a KernelError — nothing else, no hang; some
+    are refused."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    outcomes = set()
+    for _ in range(10):
+        def corrupt(a: np.ndarray) -> None:
+            flat = a.reshape(-1)
+            for _ in range(int(rng.integers(1, 4))):
+                flat[rng.integers(flat.size)] = rng.choice(
+                    [-1, 0, 1, 2, 3, 6, 7, 15, 16, 2**31 - 1, -2**31, int(rng.integers(-99, 99))])
+        try:
+            _run(_with_weights(loadable, name, corrupt))
+            outcomes.add("ok")
+        except KernelError:
+            outcomes.add("typed")
+    assert "typed" in outcomes  # (any other exception has failed the test already)
