@@ -279,6 +279,18 @@ def _matmul_mask() -> tuple[onnx.ModelProto, Feeds]:
                            "mask": r.random((1, 5, 6)) < 0.5}
 
 
+def _conv1d() -> tuple[onnx.ModelProto, Feeds]:
+    """1-D convolutions (run as 2-D ones of height 1): padded, strided, dilated, depthwise,
+    with a fused epilogue reading a [K, 1] extra input."""
+    n = Net("conv1d")
+    x = n.input("x", (2, 6, 17))
+    a = n.op("Conv", [x, n.weight(8, 6, 3), n.weight(8)], pads=[1, 2], strides=[2])
+    a = n.op("Relu", [n.op("Add", [a, n.const(np.linspace(-1, 1, 8, dtype=np.float32)
+                                                .reshape(8, 1))])])
+    b = n.op("Conv", [x, n.weight(6, 1, 5)], group=6, pads=[4, 4], dilations=[2])
+    return n.model([a, b]), {"x": _rng(19).standard_normal((2, 6, 17)).astype(np.float32)}
+
+
 def _float_math() -> tuple[onnx.ModelProto, Feeds]:
     """The float ops added with the typed code (not exact: compared within 1e-5)."""
     n = Net("float_math")
@@ -314,12 +326,14 @@ FLOAT_CASES: dict[str, Case] = {
 }
 # (case, relative error bound): the float ops of the typed code; a convolution (cuDNN may use
 # TF32) with bool steps in its epilogue; float scatters (atomic sums in any order); MatMul and
-# Gemm with a bool extra input in their epilogues (fp32 sums in another order)
+# Gemm with a bool extra input in their epilogues (fp32 sums in another order); 1-D
+# convolutions (TF32 again)
 TOLERANT_CASES: dict[str, tuple[Case, float]] = {"float_math": (_float_math, 1e-5),
                                                   "conv_where": (_conv_where, 1e-2),
                                                   "indexing_float32": (_indexing("float32"),
                                                                        1e-6),
-                                                  "matmul_mask": (_matmul_mask, 1e-5)}
+                                                  "matmul_mask": (_matmul_mask, 1e-5),
+                                                  "conv1d": (_conv1d, 1e-2)}
 
 
 def gather_out_of_range() -> tuple[onnx.ModelProto, Feeds]:

@@ -230,3 +230,18 @@ def test_epilogue_extras_and_scatter_types() -> None:
         if not runs:
             assert v.refusal is not None and v.refusal.rule == "cuda.types"
             assert "2-, 4- and 8-byte" in v.refusal.reason
+
+
+def test_1d_convolutions_run_and_3d_ones_are_named() -> None:
+    w1 = numpy_helper.from_array(np.ones((4, 3, 3), np.float32), "w1")
+    w3 = numpy_helper.from_array(np.ones((4, 3, 1, 1, 1), np.float32), "w3")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="conv1d", pads=[1, 1]),
+             helper.make_node("Conv", ["v", "w3"], ["b"], name="conv3d")]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 3, 9]),
+                           _vi("v", TensorProto.FLOAT, [1, 3, 2, 4, 4])],
+                   [_vi("a", TensorProto.FLOAT, None), _vi("b", TensorProto.FLOAT, None)],
+                   [w1, w3])
+    by_name = {v.name: v for v in check_cuda_model(model).layers}
+    assert by_name["conv1d"].supported
+    refusal = by_name["conv3d"].refusal
+    assert refusal is not None and refusal.rule == "cuda.shape" and "3-D Conv" in refusal.reason

@@ -1,4 +1,4 @@
-"""2-D convolution, NHWC, with bias and epilogue.
+"""2-D convolution, NHWC, with bias and epilogue (1-D: through height-1 staging copies).
 
 Candidates per layer:
 - ``cudnn/p``: a cuDNN frontend graph running the convolution, the bias and the first p
@@ -26,7 +26,7 @@ from pydla.backends.cuda.kernels.cudnn_graphs import (
     suffix_program,
 )
 from pydla.backends.cuda.kernels.epilogue import Epilogue, make_epilogue
-from pydla.backends.cuda.kernels.pointwise import Operand, elementwise_launch
+from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import NHWC, Placement
 from pydla.backends.cuda.registry import Candidate, Launch, kernel
 from pydla.errors import KernelError
@@ -218,17 +218,60 @@ def bind_conv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     own = layer.inputs[:len(layer.inputs) - n_extra]
     extras = [ctx.place(i) for i in layer.inputs[len(own):]]
     x, out = ctx.place(own[0]), ctx.place(layer.outputs[0])
-    geometry = _geometry(layer, len(x.shape))
-    if x.layout != NHWC or out.layout != NHWC:
-        raise KernelError(layer.name, layer.op, "convolution tensors must be channels-last")
     if not ctx.is_weight(own[1]):
         raise KernelError(layer.name, layer.op, "the CUDA backend needs constant weights")
     weights = ctx.host(own[1])
     w_dtype = ctx.program.tensors[own[1]].dtype
-    k, cg, r, s = weights.shape
-    groups = int(layer.attrs.get("group", 1))
     bias = ctx.place(own[2]) if len(own) > 2 and own[2] >= 0 else None
     program = list(epi["program"])
+    if len(x.shape) == 3:
+        return _conv1d_candidates(ctx, layer, x, out, weights, w_dtype, bias, program, extras)
+    geometry = _geometry(layer, len(x.shape))
+    return _conv2d_candidates(ctx, layer, x, out, weights, w_dtype, bias, program, extras,
+                              geometry)
+
+
+def _conv1d_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
+                       weights: np.ndarray, w_dtype: Any, bias: Placement | None,
+                       program: list[Any], extras: list[Placement]) -> list[Candidate]:
+    """A 1-D convolution as a 2-D one of height 1: the row-major [N, C, L] input is copied
+    into a channels-last [N, C, 1, L] staging tensor, the 2-D candidates run, and their
+    [N, K, 1, L'] result is copied back; extra epilogue inputs gain the unit height."""
+    attrs = layer.attrs
+    pads = [int(p) for p in attrs.get("pads", [0, 0])]
+    geometry = ConvGeometry((0, pads[0]), (0, pads[1]),
+                            (1, int(attrs.get("strides", [1])[0])),
+                            (1, int(attrs.get("dilations", [1])[0])))
+
+    def lifted(p: Placement) -> Placement:  # [.., L] → [.., 1, L]: the same memory
+        shape = p.shape[:-1] + (1,) + p.shape[-1:] if p.shape else p.shape
+        return Placement(p.ptr, shape, p.dtype, p.layout)
+
+    x4, out4 = lifted(x), lifted(out)
+    x_stage = Placement(ctx.scratch(x.nbytes), x4.shape, x.dtype, NHWC)
+    out_stage = Placement(ctx.scratch(out.nbytes), out4.shape, out.dtype, NHWC)
+    copy_in = _copy(ctx, x4, x_stage, layer.name)
+    copy_out = _copy(ctx, out_stage, out4, layer.name)
+    inner = _conv2d_candidates(ctx, layer, x_stage, out_stage, weights[:, :, None, :],
+                               w_dtype, bias, program, [lifted(e) for e in extras], geometry)
+    return [Candidate(c.name, _chain(copy_in, c.launch, copy_out), c.fallback) for c in inner]
+
+
+def _copy(ctx: BindContext, src: Placement, dst: Placement, where: str) -> Launch:
+    return elementwise_launch(ctx, dst.shape, dst.physical_order(),
+                              [Operand(src.ptr, src.dtype, src.strides)],
+                              Operand(dst.ptr, dst.dtype, dst.strides),
+                              copy_program(dst.dtype), where)
+
+
+def _conv2d_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
+                       weights: np.ndarray, w_dtype: Any, bias: Placement | None,
+                       program: list[Any], extras: list[Placement],
+                       geometry: ConvGeometry) -> list[Candidate]:
+    if x.layout != NHWC or out.layout != NHWC:
+        raise KernelError(layer.name, layer.op, "convolution tensors must be channels-last")
+    k, cg, r, s = weights.shape
+    groups = int(layer.attrs.get("group", 1))
     krsc = np.ascontiguousarray(weights.transpose(0, 2, 3, 1))
     w_ptr = ctx.upload(krsc)
     candidates, failures = cudnn_candidates(
