@@ -143,6 +143,43 @@ def test_int8_calibration_of_a_loop_is_refused_with_the_reason(tmp_path) -> None
             calib_data=str(calib), progress=False)))
 
 
+def _invariant_model() -> onnx.ModelProto:
+    """SLANet's pattern: encoder features carried through the loop as
+    Squeeze(Add(Unsqueeze(f), 0)) ahead of the state, and MatMul(features, W) each step."""
+    nodes = [_const("axes", np.array([0], np.int64)),
+             _const("zeros", np.zeros((1, 2, 3), np.float32)),
+             _const("w", RNG.standard_normal((3, 3)).astype(np.float32)),
+             _const("half", np.float32(0.5)),
+             helper.make_node("Unsqueeze", ["f_in", "axes"], ["f_u"]),
+             helper.make_node("Add", ["f_u", "zeros"], ["f_a"]),
+             helper.make_node("Squeeze", ["f_a", "axes"], ["f_out"]),
+             helper.make_node("MatMul", ["f_in", "w"], ["proj"]),
+             helper.make_node("Mul", ["h_in", "half"], ["h_half"]),
+             helper.make_node("Add", ["h_half", "proj"], ["h_out"]),
+             helper.make_node("Identity", ["k_in"], ["k_out"])]
+    body = helper.make_graph(nodes, "body", [_vi("i", I64, []), _vi("k_in", B, []),
+                                             _vi("f_in", F, [2, 3]), _vi("h_in", F, [2, 3])],
+                             [_vi("k_out", B, []), _vi("f_out", F, [2, 3]),
+                              _vi("h_out", F, [2, 3])])
+    node = helper.make_node("Loop", ["M", "", "f0", "h0"], ["f", "h"], body=body)
+    return make_model([node], {"M": (np.int64, []), "f0": (np.float32, [2, 3]),
+                               "h0": (np.float32, [2, 3])}, ["f", "h"], opset=13)
+
+
+def test_invariant_values_and_code_leave_the_loop() -> None:
+    model = _invariant_model()
+    program = read_loadable(build(model, FAST))
+    body = program.subprograms[0]
+    assert {lay.op for lay in body.layers} & {"MatMul", "Gemm"} == set()
+    assert "MatMul" in {lay.op for lay in program.layers}  # hoisted: run once, before
+    loop = next(lay for lay in program.layers if lay.op == "Loop")
+    assert loop.attrs["num_carried"] == 1  # the features are no loop state
+    feeds = {"M": np.array(4, np.int64), "f0": RNG.random((2, 3)).astype(np.float32),
+             "h0": RNG.random((2, 3)).astype(np.float32)}
+    check_against_ort(model, feeds, options=FAST)
+    check_against_ort(model, {**feeds, "M": np.array(0, np.int64)}, options=FAST)
+
+
 def test_a_short_constant_loop_is_still_unrolled() -> None:
     model = _model("never", "M", "", {"M": np.array(3, np.int64)}, {})
     assert "Loop" not in _ops(build(model, FAST))

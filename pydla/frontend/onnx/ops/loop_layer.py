@@ -30,6 +30,7 @@ from pydla.dtypes import DType
 from pydla.errors import NotConstantError
 from pydla.frontend.onnx.importer import ImportContext, OnnxNode, import_nodes, tensor_to_array
 from pydla.frontend.onnx.ops.loop_dynamic import DOMAIN, DYNAMIC_PARAMS
+from pydla.frontend.onnx.ops.loop_invariants import hoist, hoistable, passes_through
 from pydla.ir import Graph, Node, Value
 from pydla.loadable.rules_control import MAX_LOOP_ITERATIONS
 
@@ -46,6 +47,13 @@ class BodyContext(ImportContext):
         # outer tensors feeding the body inputs after the carried ones, in order
         self.captures: list[Value] = []
         self._captured: dict[int, Value] = {}
+        # inner value id -> the outer value it stands for (captures and invariant states)
+        self.outer_of: dict[int, Value] = {}
+        # loop-invariant nodes go to the outer graph (pydla.frontend.onnx.ops.
+        # loop_invariants); ``hoisted`` binds their inputs' body names there
+        self.hoist = False
+        self.hoisted: dict[str, Value] = {}
+        self.hoisted_nodes = 0
         # first-iteration values of the body's inputs (iteration 0, the initial states;
         # zeros for what only the run knows), from which first_value computes the rest
         self.probes: dict[int, np.ndarray] = {}
@@ -72,6 +80,10 @@ class BodyContext(ImportContext):
             self.probes[id(o)] = a
         return self.probes[id(v)]
 
+    def local(self, name: str) -> Value | None:
+        """``name`` as the body itself binds it (None: an outer name)."""
+        return super().lookup(name)
+
     def lookup(self, name: str) -> Value | None:
         v = super().lookup(name)
         if v is not None:
@@ -88,6 +100,7 @@ class BodyContext(ImportContext):
                 self.graph.inputs.append(inner)
                 self.captures.append(outer)
                 self.probes[id(inner)] = np.zeros(inner.shape, inner.dtype.np)
+                self.outer_of[id(inner)] = outer
             self._captured[id(outer)] = inner
         return inner
 
@@ -106,7 +119,10 @@ def import_body(bctx: BodyContext, nodes: Sequence[onnx.NodeProto]) -> None:
             routed.domain = DOMAIN
             routed.name = proto.name or f"{proto.op_type}_{index}"
             proto = routed
-        import_nodes(bctx, [proto])
+        if bctx.hoist and hoistable(bctx, proto):
+            hoist(bctx, proto)
+        else:
+            import_nodes(bctx, [proto])
 
 
 def _declared_rank(vi: onnx.ValueInfoProto) -> int:
@@ -122,6 +138,56 @@ def _scalar_input(graph: Graph, vi: onnx.ValueInfoProto, dtype: DType) -> Value:
     v = Value(vi.name, shape, dtype)
     graph.inputs.append(v)
     return v
+
+
+def _import_body(ctx: ImportContext, node: OnnxNode, carried: list[Value],
+                 invariant: list[bool], hoist: bool
+                 ) -> tuple[Graph, BodyContext, list[Value], list[Value]]:
+    """Import the Loop's body: (its graph, its context, the loop states' body inputs, the
+    values of the body's outputs)."""
+    body = node.graph_attrs["body"]
+    in_names = [vi.name for vi in body.input]
+    graph = Graph(f"{node.name}_body")
+    graph.opset = ctx.opset
+    bctx = BodyContext(ctx, graph)
+    bctx.hoist = hoist
+    iteration = _scalar_input(graph, body.input[0], DType.INT64)
+    first_cond = _scalar_input(graph, body.input[1], DType.BOOL)
+    bctx.probes[id(iteration)] = np.zeros(iteration.shape, np.int64)
+    bctx.probes[id(first_cond)] = np.ones(first_cond.shape, np.bool_)
+    bctx.bind(in_names[0], iteration)
+    bctx.bind(in_names[1], first_cond)
+    state_in: list[Value] = []
+    for k, v in enumerate(carried):
+        if invariant[k]:
+            continue  # captured below: the states come first among the body's inputs
+        graph.reserve_name(in_names[2 + k])
+        inner = Value(in_names[2 + k], v.shape, v.dtype)
+        graph.inputs.append(inner)
+        bctx.probes[id(inner)] = (v.const if v.const is not None
+                                  else np.zeros(v.shape, v.dtype.np))
+        state_in.append(inner)
+        bctx.bind(in_names[2 + k], inner)
+    for k, v in enumerate(carried):
+        if invariant[k]:
+            bctx.bind(in_names[2 + k], bctx.capture(v))
+    bctx.scopes.append({})
+    for t in body.initializer:
+        arr, dtype = tensor_to_array(t)
+        bctx.bind(t.name, bctx.const(arr, dtype, t.name))
+    ctx.scopes.append(bctx.hoisted)  # where hoisted nodes bind their inputs and outputs
+    results: list[Value] = []
+    try:
+        import_body(bctx, body.node)
+        for vo in body.output:
+            v = bctx.lookup(vo.name)
+            if v is None:
+                raise ctx.error(f"Loop body output {vo.name!r} is never produced")
+            results.append(v)
+    finally:
+        ctx.scopes.pop()
+    ctx.computed_bytes = bctx.computed_bytes
+    return graph, bctx, state_in, results
 
 
 def loop_layer(ctx: ImportContext, node: OnnxNode, m: Value | None, cond: Value | None,
@@ -150,42 +216,14 @@ def loop_layer(ctx: ImportContext, node: OnnxNode, m: Value | None, cond: Value 
     in_names = [vi.name for vi in body.input]
     out_names = [vo.name for vo in body.output]
     # A carried value the body returns as it got it never changes: bound as the outer
-    # value (a constant or a capture), it is no state of the loop.
+    # value (a constant or a capture), it is no state of the loop. The first import finds
+    # those returned through value-preserving layers; the second hoists invariant code.
     invariant = [out_names[1 + k] == in_names[2 + k] for k in range(n_carried)]
-
-    graph = Graph(f"{node.name}_body")
-    graph.opset = ctx.opset
-    bctx = BodyContext(ctx, graph)
-    iteration = _scalar_input(graph, body.input[0], DType.INT64)
-    first_cond = _scalar_input(graph, body.input[1], DType.BOOL)
-    bctx.probes[id(iteration)] = np.zeros(iteration.shape, np.int64)
-    bctx.probes[id(first_cond)] = np.ones(first_cond.shape, np.bool_)
-    bctx.bind(in_names[0], iteration)
-    bctx.bind(in_names[1], first_cond)
-    state_in: list[Value] = []
-    for k, v in enumerate(carried):
-        if invariant[k]:
-            bctx.bind(in_names[2 + k], bctx.capture(v))
-            continue
-        graph.reserve_name(in_names[2 + k])
-        inner = Value(in_names[2 + k], v.shape, v.dtype)
-        graph.inputs.append(inner)
-        bctx.probes[id(inner)] = (v.const if v.const is not None
-                                  else np.zeros(v.shape, v.dtype.np))
-        state_in.append(inner)
-        bctx.bind(in_names[2 + k], inner)
-    bctx.scopes.append({})
-    for t in body.initializer:
-        arr, dtype = tensor_to_array(t)
-        bctx.bind(t.name, bctx.const(arr, dtype, t.name))
-    import_body(bctx, body.node)
-    ctx.computed_bytes = bctx.computed_bytes
-    results: list[Value] = []
-    for name in out_names:
-        v = bctx.lookup(name)
-        if v is None:
-            raise ctx.error(f"Loop body output {name!r} is never produced")
-        results.append(v)
+    _, _, state_in, results = _import_body(ctx, node, carried, invariant, hoist=False)
+    states = iter(state_in)
+    invariant = [inv or passes_through(results[1 + k], next(states))
+                 for k, inv in enumerate(invariant)]
+    graph, bctx, state_in, results = _import_body(ctx, node, carried, invariant, hoist=True)
     cond_out = results[0]
     if cond_out.size != 1 or cond_out.dtype is not DType.BOOL:
         raise ctx.error(f"the Loop body's condition {cond_out.name!r} is "
