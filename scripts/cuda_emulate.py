@@ -103,7 +103,8 @@ class HostContext(BindContext):
     def scratch(self, nbytes: int) -> int:
         return self.upload(np.zeros(max(nbytes, 1), np.uint8))
 
-    def index_check(self, layer: str, op: str, what: str, size: int) -> int:
+    def index_check(self, layer: str, op: str, what: str, size: int,
+                    valid: str | None = None) -> int:
         slot = np.zeros(2, np.int64)
         self.buffers.append(slot)
         self.slots.append((slot, layer, what))

@@ -85,3 +85,20 @@ def test_gather_index_out_of_range_raises_at_sync_and_recovers() -> None:
         gpu.bound.close()
     with pytest.raises(KernelError, match="out of range"):  # the CPU backend agrees
         LoadedModule(data).run([feeds["x"], np.array([4, 0], np.int64)])
+
+
+def test_sequence_lens_out_of_range_raises_at_sync() -> None:
+    model, feeds = EXACT_CASES["reverse_sequence"]()
+    data = build(model, BuildOptions(autotune=False, target="cuda"))
+    gpu = LoadedModule(data, CudaBackend())
+    try:
+        bad = dict(feeds, lens=np.array([7, 8, 0, 1], np.int64))
+        with pytest.raises(KernelError, match=r"index 8 is out of range for sequence_lens of "
+                                              r"size 7 \(valid: 0\.\.7\)"):
+            gpu.run([bad[i.name] for i in model.graph.input])
+        got = gpu.run([feeds[i.name] for i in model.graph.input])
+    finally:
+        gpu.bound.close()
+    want = LoadedModule(data).run([feeds[i.name] for i in model.graph.input])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

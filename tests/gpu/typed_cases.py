@@ -208,6 +208,18 @@ def _indexing(dtype: str) -> Case:
     return case
 
 
+def _reverse_sequence() -> tuple[onnx.ModelProto, Feeds]:
+    n = Net("reverse_sequence")
+    x = n.input("x", (4, 7, 3), TensorProto.INT32)
+    lens = n.input("lens", (4,), TensorProto.INT64)
+    y = n.input("y", (5, 3, 2), TensorProto.INT32)
+    outs = [n.op("ReverseSequence", [x, lens], batch_axis=0, time_axis=1),
+            n.op("ReverseSequence", [y, n.const(np.array([5, 2, 4], np.int64))],
+                 batch_axis=1, time_axis=0)]
+    return n.model(outs), {"x": _ints("int32", (4, 7, 3), 20), "y": _ints("int32", (5, 3, 2), 21),
+                           "lens": np.array([7, 0, 3, 1], np.int64)}
+
+
 def _pad(dtype: str, rank: int) -> Case:
     def case() -> tuple[onnx.ModelProto, Feeds]:
         n = Net(f"pad_{dtype}_{rank}")
@@ -318,6 +330,7 @@ EXACT_CASES: dict[str, Case] = {
     **{f"arg_{t}": _argreduce(t) for t in ("int32", "uint8", "int64")},
     "rearrange_int64": _rearrange("int64"),
     **{f"indexing_{t}": _indexing(t) for t in ("int32", "int64")},
+    "reverse_sequence": _reverse_sequence,
 }
 FLOAT_CASES: dict[str, Case] = {
     "moves_float32": _moves("float32"), "pad_float32_4": _pad("float32", 4),

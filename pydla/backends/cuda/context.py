@@ -68,7 +68,8 @@ class BindContext:
         # Index checks: a kernel reading run-time indices clamps them (never an out-of-bounds
         # read) and records a bad one in its slot, (flag, index) as two int64s; the backend
         # raises the CPU backend's KernelError once the task has been waited for.
-        self._checks: list[tuple[str, str, str, int]] = []  # (layer, op, what, size)
+        self._checks: list[tuple[str, str, str, int, str]] = []  # (layer, op, what, size,
+        #                                                           valid range as text)
         self._check_bufs: list[cp.ndarray] = []
 
     def wants(self, name: str) -> bool:
@@ -107,13 +108,15 @@ class BindContext:
         return int(buf.data.ptr)
 
     # -- run-time index checks ------------------------------------------------------------
-    def index_check(self, layer: str, op: str, what: str, size: int) -> int:
+    def index_check(self, layer: str, op: str, what: str, size: int,
+                    valid: str | None = None) -> int:
         """Device address of a fresh (flag, index) slot for a kernel checking indices
-        into ``what`` of ``size`` elements."""
+        into ``what`` of ``size`` elements (``valid``: the accepted range, as the error
+        states it; default ``-size..size-1``)."""
         slot = len(self._checks)
         if slot % _SLOTS == 0:
             self._check_bufs.append(cp.zeros((_SLOTS, 2), dtype=cp.int64))
-        self._checks.append((layer, op, what, size))
+        self._checks.append((layer, op, what, size, valid or f"{-size}..{size - 1}"))
         return int(self._check_bufs[-1].data.ptr) + (slot % _SLOTS) * 16
 
     def clear_index_checks(self) -> None:
@@ -129,9 +132,9 @@ class BindContext:
             hits = host[:, 0].nonzero()[0]
             if hits.size:
                 buf.fill(0)
-                layer, op, what, size = self._checks[b * _SLOTS + int(hits[0])]
+                layer, op, what, size, valid = self._checks[b * _SLOTS + int(hits[0])]
                 raise KernelError(layer, op, f"index {int(host[hits[0], 1])} is out of range "
-                                  f"for {what} of size {size} (valid: {-size}..{size - 1})")
+                                  f"for {what} of size {size} (valid: {valid})")
 
     # -- NVRTC -------------------------------------------------------------------------
     def function(self, source: str, name: str) -> Any:

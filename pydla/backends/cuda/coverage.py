@@ -42,6 +42,7 @@ CUDA_OPS = frozenset({
     "BatchNormalization", "LayerNormalization",
     # argreduce.py, indexing.py
     "ArgMax", "ArgMin", "GatherElements", "GatherND", "ScatterElements", "ScatterND",
+    "ReverseSequence",
     # pointwise.py: fused programs, every pointwise op (typed: float, integer, bool), layout
     # copies, Expand
     "Pointwise", "Identity", *POINTWISE,
@@ -69,7 +70,7 @@ _INTEGERS = _STORED - {*_FLOATS, DType.BOOL}
 _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
                          "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin", "Tile",
                          "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
-                         "ScatterElements", "ScatterND",
+                         "ScatterElements", "ScatterND", "ReverseSequence",
                          "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
@@ -93,7 +94,7 @@ CPU_ONLY: dict[str, str] = {
         "DFT", "DeformConv", "Det", "Einsum", "GRU", "GridSample",
         "GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LinearAttention",
         "LpNormalization", "LpPool", "MeanVarianceNormalization", "RMSNormalization",
-        "RNN", "ReverseSequence", "RoiAlign", "RotaryEmbedding", "STFT", "Trilu")},
+        "RNN", "RoiAlign", "RotaryEmbedding", "STFT", "Trilu")},
     "TreeEnsemble": "classic-ML tree walk (int32 node arrays, int64 labels): no kernel yet",
     "ScorePostTransform": "classic-ML score transform (PROBIT, SOFTMAX_ZERO, binary "
                           "widening): no kernel yet",
@@ -108,7 +109,8 @@ CPU_ONLY: dict[str, str] = {
 }
 
 _INDEX_TYPES = (DType.INT32, DType.INT64)
-_INDEXED = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND")
+_INDEXED = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND",
+            "ReverseSequence")
 _RESHAPES = ("Flatten", "Reshape", "Squeeze", "Unsqueeze")
 
 

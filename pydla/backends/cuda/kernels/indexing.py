@@ -1,5 +1,5 @@
-"""GatherElements, GatherND, ScatterElements and ScatterND over any layout and stored type
-(NVRTC), with the CPU backend's index rules.
+"""GatherElements, GatherND, ScatterElements, ScatterND and ReverseSequence over any layout
+and stored type (NVRTC), with the CPU backend's index rules.
 
 Every run-time index is checked against the dimension it indexes: a negative one counts
 from the end, one out of range is clamped (never an out-of-bounds access) and recorded in
@@ -235,3 +235,24 @@ def bind_scatter_nd(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     body.append(f"    update(y + off, u0 + {offset(c, upd.strides)});")
     scatter = _launch(ctx, layer, x, idx, out, upd, body, slots, update, [upd])
     return [Candidate("nvrtc", _chain(copy, scatter))]
+
+
+@kernel("ReverseSequence")
+def bind_reverse_sequence(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
+    """Each batch entry's first ``sequence_lens[b]`` time steps reversed, the rest kept; a
+    length outside [0, steps] is clamped and raised at sync, as the CPU raises it."""
+    x, out = ctx.place(layer.inputs[0]), ctx.place(layer.outputs[0])
+    lens = _index_placement(ctx, layer, layer.inputs[1])
+    batch, time = int(layer.attrs["batch_axis"]), int(layer.attrs["time_axis"])
+    steps = x.shape[time]
+    if out.size == 0:
+        return [Candidate("nvrtc", _nothing)]
+    c = [f"c{d}" for d in range(len(out.shape))]
+    slots = [ctx.index_check(layer.name, layer.op, "sequence_lens", steps, f"0..{steps}")]
+    body = [f"    i64 n = (i64)idx[c{batch} * {lens.strides[0]}];",
+            f"    if (n < 0 || n > {steps}) {{ bad0[0] = 1; bad0[1] = n; }}",
+            f"    n = n < 0 ? 0 : (n > {steps} ? {steps} : n);",
+            f"    const i64 src = c{time} < n ? n - 1 - c{time} : c{time};"]
+    coords = [("src" if d == time else name) for d, name in enumerate(c)]
+    body.append(f"    st(y + {offset(c, out.strides)}, ld(x + {offset(coords, x.strides)}));")
+    return [Candidate("nvrtc", _launch(ctx, layer, x, lens, out, out, body, slots))]
