@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pydla.backends.base import LayerSpec, TensorSpec
-from pydla.backends.cpu import threads
+from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.backend import bind_layer
 from pydla.backends.cpu.kernels.conv_fast import direct_planes
 from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
@@ -30,8 +30,10 @@ F32 = DType.FLOAT32
 @pytest.fixture(autouse=True, params=["split", "one_thread"])
 def _threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small layers split over the threads anyway (each thread's share of units), and run
-    whole on the calling thread."""
+    whole on the calling thread; scratch poisoned."""
     monkeypatch.setattr(threads, "PARALLEL_MIN_FLOPS", 0 if request.param == "split" else 1 << 62)
+    # Scratch starts as NaN: a kernel reading scratch it did not write in the run fails.
+    monkeypatch.setattr(workspace, "FILL", float("nan"))
 
 
 def _rand(*shape: int) -> np.ndarray:

@@ -47,6 +47,8 @@ FAST = ("gemm1x1", "gemm_c16", "gemv", "depthwise", "depthwise_c16", "direct_c16
 # The channel-blocked layout's tactics (pydla.plan.layouts; tests/unit/test_layouts.py).
 BLOCKED = ("gemm_nchw16c", "depthwise_nchw16c", "direct_nchw16c", "gemv_nchw16c",
            "taps_nchw16c", "winograd4_nchw16c", "winograd2_nchw16c")
+# Few output channels per group, either layout (tests/ops/test_conv_direct_planes.py).
+DIRECT_PLANES = ("direct_planes", "direct_planes_nchw16c")
 
 
 def _tol(tactic: str) -> float:
@@ -622,7 +624,7 @@ def test_model_families(family: str, autotune: bool, poisoned_scratch: None) -> 
     data = build(model, BuildOptions(autotune=autotune))
     chosen = [layer.tactic for layer in read_loadable(data).layers if layer.op == "Conv"]
     if not autotune:
-        assert set(chosen) <= set(FAST) | set(BLOCKED), chosen
+        assert set(chosen) <= set(FAST) | set(BLOCKED) | set(DIRECT_PLANES), chosen
     got = LoadedModule(data).run(feeds)
     model_tolerance_ok(got, run_ort(model, feeds))
 
