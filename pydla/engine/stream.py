@@ -42,7 +42,12 @@ class Stream:
     def __init__(self, flags: int = 0) -> None:
         self.blocking = not flags & NON_BLOCKING
         self._ops: collections.deque[Op | None] = collections.deque()
-        self._cv = threading.Condition()
+        # One lock, two conditions: the worker waits for work, synchronize() for the stream
+        # to drain. Work run inline must not wake an idle worker for nothing — on a 2-core
+        # machine that wake-up, a context switch per task, cost more than a tiny task.
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
         self._pending = 0
         self._error: BaseException | None = None
         self._closed = False
@@ -55,7 +60,7 @@ class Stream:
         """Queue ``op``; ``inline``: it is short, run it now in this thread if the stream is
         idle; ``deferred`` makes the op to queue instead when it cannot (a copy that must
         snapshot its source first). Returns whether it ran inline."""
-        with self._cv:
+        with self._lock:
             if self._closed:
                 raise InvalidResourceError(f"stream {self.handle:#x} was destroyed")
             if inline and not self._pending:
@@ -67,45 +72,49 @@ class Stream:
         try:
             op()
         except BaseException as e:  # kept for the next synchronize, as the worker does
-            with self._cv:
+            with self._lock:
                 if self._error is None:
                     self._error = e
         finally:
-            with self._cv:
+            with self._lock:
                 self._inline = False
                 self._pending -= 1
-                self._cv.notify_all()
+                if self._ops:  # queued behind the inline work meanwhile
+                    self._work.notify()
+                if not self._pending:
+                    self._idle.notify_all()
         return True
 
     def _queue(self, op: Op) -> None:
-        """Hand ``op`` to the worker (the caller holds ``_cv``)."""
+        """Hand ``op`` to the worker (the caller holds ``_lock``)."""
         if self._worker is None:  # started lazily: idle streams cost no thread
             self._worker = threading.Thread(target=self._run, daemon=True,
                                             name=f"pydla-stream-{self.handle:#x}")
             self._worker.start()
         self._pending += 1
         self._ops.append(op)
-        self._cv.notify_all()
+        self._work.notify()
 
     def _run(self) -> None:
         while True:
-            with self._cv:
+            with self._lock:
                 # work queued behind inline work waits for it: the stream stays in order
                 while not self._ops or self._inline:
-                    self._cv.wait()
+                    self._work.wait()
                 op = self._ops.popleft()
             if op is None:
                 return
             try:
                 op()
             except BaseException as e:  # kept for the next synchronize
-                with self._cv:
+                with self._lock:
                     if self._error is None:
                         self._error = e
             finally:
-                with self._cv:
+                with self._lock:
                     self._pending -= 1
-                    self._cv.notify_all()
+                    if not self._pending:
+                        self._idle.notify_all()
                     retire = self._closed and not self._pending and self._error is None
                 if retire:
                     self._retire()
@@ -113,30 +122,30 @@ class Stream:
     def synchronize(self) -> BaseException | None:
         """Wait for all queued work; return (and forget) the first failure since the last
         synchronize, if any."""
-        with self._cv:
+        with self._lock:
             while self._pending:
-                self._cv.wait()
+                self._idle.wait()
             error, self._error = self._error, None
         return error
 
     def wait_idle(self) -> None:
-        with self._cv:
+        with self._lock:
             while self._pending:
-                self._cv.wait()
+                self._idle.wait()
 
     def query(self) -> bool:
-        with self._cv:
+        with self._lock:
             return self._pending == 0
 
     def close(self) -> None:
         """No more work is accepted; queued work still runs, then the worker exits."""
-        with self._cv:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
             if self._worker is not None:
                 self._ops.append(None)
-                self._cv.notify_all()
+                self._work.notify()
             if self._pending or self._error is not None:
                 with _DRAINING_LOCK:
                     _DRAINING.add(self)
