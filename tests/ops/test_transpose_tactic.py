@@ -25,7 +25,8 @@ RNG = np.random.default_rng(3)
 CASES = [((1, 128, 2, 64), (0, 2, 1, 3)), ((1, 128, 2, 64), (0, 2, 3, 1)),
          ((37, 19), (1, 0)), ((3, 33, 17, 5), (3, 1, 0, 2)), ((2, 1, 40, 48), (0, 3, 1, 2)),
          ((5,), (0,)), ((1, 1), (1, 0)), ((64, 64, 9), (2, 0, 1)),
-         ((4, 3, 2, 5, 6), (4, 2, 0, 3, 1)), ((300, 200), (1, 0)), ((2, 96, 130), (0, 2, 1))]
+         ((4, 3, 2, 5, 6), (4, 2, 0, 3, 1)), ((300, 200), (1, 0)), ((2, 96, 130), (0, 2, 1)),
+         ((3, 7, 5, 2), (0, 2, 1, 3))]  # runs of two elements: copied element by element
 CASES += [((2, 3, 4, 5), p) for p in itertools.permutations(range(4))]
 CASES += [((1, 6, 1, 7), p) for p in itertools.permutations(range(4))]
 DTYPES = [DType.FLOAT32, DType.FLOAT16, DType.INT64, DType.UINT8, DType.BOOL, DType.INT32]
@@ -64,7 +65,8 @@ def test_bit_exact(shape, perm, dtype: DType) -> None:
 @pytest.mark.parametrize("count", [1, 2])
 @pytest.mark.parametrize("shape, perm", [((8, 128, 2, 64), (0, 2, 3, 1)),
                                          ((4, 130, 3, 64), (0, 2, 1, 3)),
-                                         ((1, 70, 1500), (0, 2, 1))])
+                                         ((1, 70, 1500), (0, 2, 1)),
+                                         ((1, 172, 309, 2), (0, 2, 1, 3))])
 def test_large_on_each_thread_count(shape, perm, count: int) -> None:
     # Above PARALLEL_MIN the planes (or runs) are shared between the threads.
     threads.set_num_threads(count)

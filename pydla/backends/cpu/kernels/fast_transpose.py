@@ -71,6 +71,11 @@ def _rows_range(x: np.ndarray, y: np.ndarray, starts: np.ndarray, length: int, l
                 hi: int) -> None:
     size = x.itemsize
     xa, ya = x.ctypes.data, y.ctypes.data
+    if length <= 4:  # runs of a few elements ((…, 309, 2) pairs): a memcpy call each cost more
+        for r in range(lo, hi):
+            for k in range(length):
+                y[r * length + k] = x[starts[r] + k]
+        return
     for r in range(lo, hi):
         copy_bytes(ya + r * length * size, xa + starts[r] * size, length * size)
 
