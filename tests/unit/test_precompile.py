@@ -54,8 +54,8 @@ def test_workers_only_when_worth_it(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_builder_skips_tactics_it_has_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
     monkeypatch.setattr(precompile, "_SEEN", set())  # as in a fresh process
-    monkeypatch.setattr(precompile, "compile_in_workers",
-                        lambda jobs, progress=None: calls.append([j["tactic"] for j in jobs]) or False)
+    monkeypatch.setattr(precompile, "compile_in_workers", lambda jobs, progress=None:
+                        calls.append([j["tactic"] for j in jobs]) or False)
     w = np.random.default_rng(0).standard_normal((8, 8, 3, 3)).astype(np.float32)
     model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
                        {"x": (np.float32, (1, 8, 10, 10))}, ["y"], {"w": w})
