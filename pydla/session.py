@@ -321,7 +321,29 @@ def _model_bytes(model: Any) -> bytes:
     if not path.is_file():
         raise SessionError(f"{path}: no such model file" if not path.exists()
                            else f"{path}: not a file")
-    return path.read_bytes()
+    data = path.read_bytes()
+    from pydla.loadable.format import MAGIC
+
+    if data[:len(MAGIC)] != MAGIC and _has_external_data(data):
+        # tensors in files beside the model (model.onnx.data): read them from the model's
+        # folder now, as onnxruntime does; the session keeps one self-contained model,
+        # whose digest (the cache key) then covers the weights too
+        from pydla.builder import load_model
+
+        return load_model(path).SerializeToString()
+    return data
+
+
+def _has_external_data(data: bytes) -> bool:
+    import onnx
+
+    try:
+        graph = onnx.load_from_string(data).graph
+    except Exception:  # noqa: BLE001  (not ONNX: the caller's parse names the problem)
+        return False
+    tensors = [*graph.initializer, *(a.t for n in graph.node for a in n.attribute
+                                     if a.HasField("t"))]
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
 
 
 def _onnx_io(data: bytes) -> tuple[list[_Tensor], list[_Tensor]]:
