@@ -293,14 +293,15 @@ def _matmul_mask() -> tuple[onnx.ModelProto, Feeds]:
 
 def _conv1d() -> tuple[onnx.ModelProto, Feeds]:
     """1-D convolutions (run as 2-D ones of height 1): padded, strided, dilated, depthwise,
-    with a fused epilogue reading a [K, 1] extra input."""
+    with a fused epilogue reading a [K, 1] extra input; a strided 1-D ConvTranspose."""
     n = Net("conv1d")
     x = n.input("x", (2, 6, 17))
     a = n.op("Conv", [x, n.weight(8, 6, 3), n.weight(8)], pads=[1, 2], strides=[2])
     a = n.op("Relu", [n.op("Add", [a, n.const(np.linspace(-1, 1, 8, dtype=np.float32)
                                                 .reshape(8, 1))])])
     b = n.op("Conv", [x, n.weight(6, 1, 5)], group=6, pads=[4, 4], dilations=[2])
-    return n.model([a, b]), {"x": _rng(19).standard_normal((2, 6, 17)).astype(np.float32)}
+    c = n.op("ConvTranspose", [x, n.weight(6, 4, 4), n.weight(4)], strides=[2], pads=[1, 1])
+    return n.model([a, b, c]), {"x": _rng(19).standard_normal((2, 6, 17)).astype(np.float32)}
 
 
 def _float_math() -> tuple[onnx.ModelProto, Feeds]:

@@ -11,6 +11,7 @@ Candidates per layer:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -234,14 +235,23 @@ def bind_conv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
 def _conv1d_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
                        weights: np.ndarray, w_dtype: Any, bias: Placement | None,
                        program: list[Any], extras: list[Placement]) -> list[Candidate]:
-    """A 1-D convolution as a 2-D one of height 1: the row-major [N, C, L] input is copied
-    into a channels-last [N, C, 1, L] staging tensor, the 2-D candidates run, and their
-    [N, K, 1, L'] result is copied back; extra epilogue inputs gain the unit height."""
     attrs = layer.attrs
     pads = [int(p) for p in attrs.get("pads", [0, 0])]
     geometry = ConvGeometry((0, pads[0]), (0, pads[1]),
                             (1, int(attrs.get("strides", [1])[0])),
                             (1, int(attrs.get("dilations", [1])[0])))
+    return height_one(ctx, layer, x, out, extras, lambda x4, out4, extras4: _conv2d_candidates(
+        ctx, layer, x4, out4, weights[:, :, None, :], w_dtype, bias, program, extras4,
+        geometry))
+
+
+def height_one(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
+               extras: list[Placement],
+               bind_2d: Callable[[Placement, Placement, list[Placement]], list[Candidate]]
+               ) -> list[Candidate]:
+    """A 1-D layer as a 2-D one of height 1: the row-major [N, C, L] input is copied into a
+    channels-last [N, C, 1, L] staging tensor, the 2-D candidates run, and their
+    [N, K, 1, L'] result is copied back; extra epilogue inputs gain the unit height."""
 
     def lifted(p: Placement) -> Placement:  # [.., L] → [.., 1, L]: the same memory
         shape = p.shape[:-1] + (1,) + p.shape[-1:] if p.shape else p.shape
@@ -252,8 +262,7 @@ def _conv1d_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Pl
     out_stage = Placement(ctx.scratch(out.nbytes), out4.shape, out.dtype, NHWC)
     copy_in = _copy(ctx, x4, x_stage, layer.name)
     copy_out = _copy(ctx, out_stage, out4, layer.name)
-    inner = _conv2d_candidates(ctx, layer, x_stage, out_stage, weights[:, :, None, :],
-                               w_dtype, bias, program, [lifted(e) for e in extras], geometry)
+    inner = bind_2d(x_stage, out_stage, [lifted(e) for e in extras])
     return [Candidate(c.name, _chain(copy_in, c.launch, copy_out), c.fallback) for c in inner]
 
 

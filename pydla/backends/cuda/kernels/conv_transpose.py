@@ -1,16 +1,19 @@
-"""2-D ConvTranspose, channels-last, bias and epilogue fused: the backend's own kernel in
-gather form (a thread per output element sums the input pixels whose window covers it).
-Weights [C, K/G, R, S] are stored [K, R, S, C/G] so a thread reads contiguous channels."""
+"""2-D ConvTranspose (1-D as 2-D of height 1), channels-last, bias and epilogue fused: the
+backend's own kernel in gather form (a thread per output element sums the input pixels
+whose window covers it). Weights [C, K/G, R, S] are stored [K, R, S, C/G] so a thread reads
+contiguous channels."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from pydla.backends.cuda.codegen import c_type
 from pydla.backends.cuda.context import BindContext
-from pydla.backends.cuda.kernels.conv import _specialise
+from pydla.backends.cuda.kernels.conv import _specialise, height_one
 from pydla.backends.cuda.kernels.epilogue import make_epilogue
-from pydla.backends.cuda.layout import NHWC
+from pydla.backends.cuda.layout import NHWC, Placement
 from pydla.backends.cuda.registry import Candidate, kernel
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
@@ -58,13 +61,31 @@ def bind_conv_transpose(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     own = layer.inputs[:len(layer.inputs) - n_extra]
     extras = [ctx.place(i) for i in layer.inputs[len(own):]]
     x, out = ctx.place(own[0]), ctx.place(layer.outputs[0])
-    if len(x.shape) != 4 or x.layout != NHWC or out.layout != NHWC:
-        raise KernelError(layer.name, layer.op, "the CUDA backend runs 2-D channels-last "
-                          "transposed convolutions only")
     if not ctx.is_weight(own[1]):
         raise KernelError(layer.name, layer.op, "the CUDA backend needs constant weights")
-    weights = ctx.host(own[1])  # [C, K/G, R, S]
+    weights = ctx.host(own[1])  # [C, K/G, R, S] ([C, K/G, S] in 1-D)
     w_dtype = ctx.program.tensors[own[1]].dtype
+    bias = ctx.place(own[2]) if len(own) > 2 and own[2] >= 0 else None
+    program = list(epi["program"])
+    a = layer.attrs
+    pads = [int(p) for p in a.get("pads") or [0] * (2 * (len(x.shape) - 2))]
+    strides = [int(v) for v in a.get("strides") or [1] * (len(x.shape) - 2)]
+    dilations = [int(v) for v in a.get("dilations") or [1] * (len(x.shape) - 2)]
+    if len(x.shape) == 3:  # 1-D: height 1, through channels-last staging copies
+        return height_one(ctx, layer, x, out, extras, lambda x4, out4, extras4: _deconv_2d(
+            ctx, layer, x4, out4, weights[:, :, None, :], w_dtype, bias, program, extras4,
+            [0, pads[0], 0, pads[1]], [1, strides[0]], [1, dilations[0]]))
+    return _deconv_2d(ctx, layer, x, out, weights, w_dtype, bias, program, extras, pads,
+                      strides, dilations)
+
+
+def _deconv_2d(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
+               weights: np.ndarray, w_dtype: Any, bias: Placement | None, program: list[Any],
+               extras: list[Placement], pads: list[int], strides: list[int],
+               dilations: list[int]) -> list[Candidate]:
+    if len(x.shape) != 4 or x.layout != NHWC or out.layout != NHWC:
+        raise KernelError(layer.name, layer.op, "the CUDA backend runs 1-D and 2-D "
+                          "channels-last transposed convolutions only")
     c, kg, r, s = weights.shape
     groups = int(layer.attrs.get("group", 1))
     n, _, h, w = x.shape
@@ -77,11 +98,7 @@ def bind_conv_transpose(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     krsc = np.ascontiguousarray(weights.reshape(groups, cg, kg, r, s).transpose(0, 2, 3, 4, 1)
                                 .reshape(k, r, s, cg))
     w_ptr = ctx.upload(krsc)
-    bias = ctx.place(own[2]) if len(own) > 2 and own[2] >= 0 else None
-    pads = [int(p) for p in layer.attrs.get("pads") or [0, 0, 0, 0]]
-    strides = [int(v) for v in layer.attrs.get("strides") or [1, 1]]
-    dilations = [int(v) for v in layer.attrs.get("dilations") or [1, 1]]
-    epilogue = make_epilogue(list(epi["program"]), extras, out, layer.name)
+    epilogue = make_epilogue(program, extras, out, layer.name)
     values = {"TX": c_type(x.dtype, layer.name), "TW": c_type(w_dtype, layer.name),
               "TB": c_type(bias.dtype if bias is not None else w_dtype, layer.name),
               "TY": c_type(out.dtype, layer.name), "N": n, "C": c, "H": h, "W": w, "K": k,
