@@ -75,7 +75,9 @@ class BuildOptions:
     # layers that gain more than their reorders cost) in blocks of 16 channels
     # (pydla.plan.layouts); off: every tensor planar (for comparisons).
     blocked_layouts: bool = True
-    progress: Callable[[int, int], Any] | None = None
+    # progress(done, total[, phase]): the phases are "Compiling kernels" (parallel numba
+    # compiles, pydla.plan.precompile) and "Autotuning"; the CUDA tuner reports no phase.
+    progress: Callable[..., Any] | None = None
     # --target: the backend the loadable is tuned for, "cpu" or "cuda"; a cuda loadable
     # records the GPU architecture (cuda_arch, e.g. "sm_90"; default: the visible GPU's)
     # and is refused by another (docs/cuda.md).

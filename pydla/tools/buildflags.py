@@ -88,7 +88,7 @@ def add_build_flags(p: argparse.ArgumentParser) -> None:
 
 def build_options(args: argparse.Namespace, log: Callable[[str], None] | None = None,
                   verbose: bool = False,
-                  progress: Callable[[int, int], object] | None = None) -> BuildOptions:
+                  progress: Callable[..., object] | None = None) -> BuildOptions:
     """BuildOptions from the flags of ``add_build_flags``."""
     from pydla.builder import BuildOptions
     from pydla.plan.precision import load_calibration
