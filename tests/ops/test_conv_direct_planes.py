@@ -19,6 +19,7 @@ from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu import threads, workspace
 from pydla.backends.cpu.backend import bind_layer
 from pydla.backends.cpu.kernels.conv_fast import direct_planes
+from pydla.backends.cpu.kernels.conv_fast.epilogue import compile_epilogue
 from pydla.backends.cpu.kernels.reorder import to_blocked, to_planar
 from pydla.backends.cpu.registry import REFERENCE, candidate_tactics
 from pydla.dtypes import DType
@@ -107,6 +108,7 @@ def test_planar_matches_reference(xs: tuple[int, ...], ws: tuple[int, ...],
 
 EPILOGUES = {
     "relu": ([{"op": "Relu", "in": [0]}], 0),
+    "neg": ([{"op": "Neg", "in": [0]}], 0),  # the CQT's imaginary filters: native now
     "residual_clip": ([{"op": "Add", "in": [0, 1]},
                        {"op": "Clip", "in": [2], "attrs": {"min": -0.5, "max": 1.0}}], 1),
 }
@@ -121,6 +123,7 @@ def test_planar_epilogue(name: str, xs: tuple[int, ...], ws: tuple[int, ...],
     x, w, b = _rand(*xs), _rand(*ws), _rand(ws[0])
     extra = [_rand(*out) for _ in range(k)]
     spec = _spec(xs, ws, attrs, "direct_planes", extra=[out] * k, program=program)
+    assert compile_epilogue(spec) is not None  # run by the kernel, not the generic path
     want = _run(_spec(xs, ws, attrs, REFERENCE, extra=[out] * k, program=program),
                 [x, w, b, *extra]).astype(np.float64)
     _close(_run(spec, [x, w, b, *extra]), want, name)

@@ -27,6 +27,7 @@ from pydla.backends.cpu.kernels.conv_fast.simd import fill
 
 # Opcodes. Unary ops read operand a; binary ops read a and b.
 RELU, CLIP, LEAKY_RELU, SIGMOID, HARD_SIGMOID, HARD_SWISH, SWISH = 1, 2, 3, 4, 5, 6, 7
+NEG = 8  # a CQT front end negates its imaginary-part filters' output
 ADD, SUB, MUL, DIV, MAX, MIN, PRELU = 20, 21, 22, 23, 24, 25, 26
 # Operand kinds.
 ACC, FULL0, FULL1, VEC, STEP = 0, 1, 2, 3, 4
@@ -38,7 +39,7 @@ MAX_STEPS = 16
 FIN_OUT, FIN_RES, FIN_RES_AFTER, FIN_HSWISH, FIN_SILU, FIN_CLAMP = 1, 2, 4, 8, 16, 32
 
 _UNARY = {"Relu": RELU, "Clip": CLIP, "LeakyRelu": LEAKY_RELU, "Sigmoid": SIGMOID,
-          "HardSigmoid": HARD_SIGMOID, "HardSwish": HARD_SWISH, "Swish": SWISH}
+          "HardSigmoid": HARD_SIGMOID, "HardSwish": HARD_SWISH, "Swish": SWISH, "Neg": NEG}
 _BINARY = {"Add": ADD, "Sub": SUB, "Mul": MUL, "Div": DIV, "Max": MAX, "Min": MIN,
            "PRelu": PRELU}
 _FLOATS = ("float32", "float16", "bfloat16")
@@ -113,6 +114,9 @@ def _unary(op: int, a: np.ndarray, d: np.ndarray, p0: np.float32, p1: np.float32
             x = a[i] * p0 + p1
             x = _F0 if x < _F0 else x
             d[i] = _F1 if x > _F1 else x
+    elif op == NEG:
+        for i in range(n):
+            d[i] = -a[i]
     elif op == HARD_SWISH:
         for i in range(n):
             x = a[i]
