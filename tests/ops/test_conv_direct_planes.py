@@ -33,6 +33,8 @@ def _threads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """Small layers split over the threads anyway (each thread's share of units), and run
     whole on the calling thread; scratch poisoned."""
     monkeypatch.setattr(threads, "PARALLEL_MIN_FLOPS", 0 if request.param == "split" else 1 << 62)
+    # the input's phase planes split by the threads too (else small inputs stay on one)
+    monkeypatch.setattr(direct_planes, "SPLIT_ALONE", 0 if request.param == "split" else 1 << 62)
     # Scratch starts as NaN: a kernel reading scratch it did not write in the run fails.
     monkeypatch.setattr(workspace, "FILL", float("nan"))
 
