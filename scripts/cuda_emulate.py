@@ -66,7 +66,11 @@ struct __half { unsigned short x; };
 struct __nv_bfloat16 { unsigned short x; };
 struct uint2 { unsigned x, y; };
 struct uint4 { unsigned x, y, z, w; };
-inline float __half2float(__half h) { _Float16 v; std::memcpy(&v, &h.x, 2); return (float)v; }
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline float __half2float(__half h) {  /* CUDA's: every NaN widens to 0x7fffffff */
+  if ((h.x & 0x7c00) == 0x7c00 && (h.x & 0x3ff)) return __uint_as_float(0x7fffffffu);
+  _Float16 v; std::memcpy(&v, &h.x, 2); return (float)v; }
 inline __half __float2half_rn(float f) {
   _Float16 v = (_Float16)f; __half h; std::memcpy(&h.x, &v, 2); return h; }
 inline float __bfloat162float(__nv_bfloat16 b) {

@@ -37,7 +37,14 @@ PRELUDE = r"""
 #include <cuda_bf16.h>
 typedef long long i64;
 __device__ __forceinline__ float ld(const float* p) { return *p; }
-__device__ __forceinline__ float ld(const __half* p) { return __half2float(*p); }
+/* A float16 NaN widens as numpy (and the CPU backend) widens it: sign and payload kept
+   (__half2float gives 0x7fffffff for every NaN, which then narrows to another bfloat16) */
+__device__ __forceinline__ float ld(const __half* p) {
+  unsigned short h = __half_as_ushort(*p);
+  return ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu))
+      ? __uint_as_float(((unsigned)(h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x3ffu) << 13))
+      : __half2float(*p);
+}
 __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void st(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st(__half* p, float v) { *p = __float2half_rn(v); }
