@@ -54,10 +54,27 @@ def tactic(op: str, name: str, *, applies: Callable[[LayerSpec], bool],
         table = TACTICS.setdefault(op, {})
         if name in table or name == REFERENCE:
             raise RuntimeError(f"tactic {op}/{name} registered twice")
-        table[name] = Tactic(op, name, binder, applies, native_epilogue, priority)
+        bind, test = (binder, applies) if op != "Conv" else _with_1d(binder, applies)
+        table[name] = Tactic(op, name, bind, test, native_epilogue, priority)
         return binder
 
     return register
+
+
+def _with_1d(binder: Binder, applies: Callable[[LayerSpec], bool]
+             ) -> tuple[Binder, Callable[[LayerSpec], bool]]:
+    """A 2-D Conv tactic that also runs 1-D layers, as height-1 ones (pydla.backends.cpu.
+    conv1d)."""
+    from pydla.backends.cpu import conv1d
+
+    def bind(spec: LayerSpec) -> RunFn:
+        return conv1d.adapt(binder(conv1d.as_2d(spec))) if conv1d.is_1d(spec) else \
+            binder(spec)
+
+    def test(spec: LayerSpec) -> bool:
+        return applies(conv1d.as_2d(spec)) if conv1d.is_1d(spec) else applies(spec)
+
+    return bind, test
 
 
 def tactic_applies(t: Tactic, spec: LayerSpec) -> bool:
