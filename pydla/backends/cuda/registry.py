@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 Launch = Callable[[Any], None]  # enqueue on a cupy.cuda.Stream
 
 
+def chain(*launches: Launch) -> Launch:
+    """One launch that enqueues ``launches`` in order on the same stream."""
+    def run(stream: Any) -> None:
+        for launch in launches:
+            launch(stream)
+
+    return run
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: str

@@ -29,7 +29,7 @@ from pydla.backends.cuda.kernels.cudnn_graphs import (
 from pydla.backends.cuda.kernels.epilogue import Epilogue, make_epilogue
 from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import NHWC, Placement
-from pydla.backends.cuda.registry import Candidate, Launch, kernel
+from pydla.backends.cuda.registry import Candidate, Launch, chain, kernel
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
 
@@ -55,14 +55,6 @@ def _suffix_launch(ctx: BindContext, program: Any, extras: list[Placement], out:
                               where)
 
 
-def _chain(*launches: Launch) -> Launch:
-    def run(stream: Any) -> None:
-        for launch in launches:
-            launch(stream)
-
-    return run
-
-
 def cudnn_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, w_ptr: int,
                      w_dims: list[int], w_strides: list[int], w_dtype: Any,
                      bias: Placement | None, program: list[Any], extras: list[Placement],
@@ -85,7 +77,7 @@ def cudnn_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, w_ptr: in
             continue
         if p < len(program):
             rest = suffix_program(program, len(extras), p)
-            main = _chain(main, _suffix_launch(ctx, rest, extras, out, layer.name))
+            main = chain(main, _suffix_launch(ctx, rest, extras, out, layer.name))
         found.append(Candidate(f"cudnn/{p}", main))
     return found, failures
 
@@ -263,7 +255,7 @@ def height_one(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
     copy_in = _copy(ctx, x4, x_stage, layer.name)
     copy_out = _copy(ctx, out_stage, out4, layer.name)
     inner = bind_2d(x_stage, out_stage, [lifted(e) for e in extras])
-    return [Candidate(c.name, _chain(copy_in, c.launch, copy_out), c.fallback) for c in inner]
+    return [Candidate(c.name, chain(copy_in, c.launch, copy_out), c.fallback) for c in inner]
 
 
 def _copy(ctx: BindContext, src: Placement, dst: Placement, where: str) -> Launch:

@@ -21,7 +21,7 @@ from pydla.backends.cuda.codegen import compute_type, decompose, defines, offset
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import Placement
-from pydla.backends.cuda.registry import Candidate, Launch, kernel
+from pydla.backends.cuda.registry import Candidate, Launch, chain, kernel
 from pydla.dtypes import DType
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
@@ -137,14 +137,6 @@ def _copy_data(ctx: BindContext, x: Placement, out: Placement, where: str) -> La
                               where)
 
 
-def _chain(*launches: Launch) -> Launch:
-    def run(stream: Any) -> None:
-        for launch in launches:
-            launch(stream)
-
-    return run
-
-
 def _nothing(stream: Any) -> None:
     return None
 
@@ -212,7 +204,7 @@ def bind_scatter_elements(ctx: BindContext, layer: LayerInfo) -> list[Candidate]
     c = [f"c{d}" for d in range(len(upd.shape))]
     body.append(f"    update(y + {y_off}, u0 + {offset(c, upd.strides)});")
     scatter = _launch(ctx, layer, x, idx, out, upd, body, slots, update, [upd])
-    return [Candidate("nvrtc", _chain(copy, scatter))]
+    return [Candidate("nvrtc", chain(copy, scatter))]
 
 
 @kernel("ScatterND")
@@ -234,7 +226,7 @@ def bind_scatter_nd(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     body += _nd_offset(ctx, layer, idx, c[:q - 1], x.shape[:k], out.strides[:k], slots)
     body.append(f"    update(y + off, u0 + {offset(c, upd.strides)});")
     scatter = _launch(ctx, layer, x, idx, out, upd, body, slots, update, [upd])
-    return [Candidate("nvrtc", _chain(copy, scatter))]
+    return [Candidate("nvrtc", chain(copy, scatter))]
 
 
 @kernel("ReverseSequence")

@@ -5,26 +5,16 @@ through both sides).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from pydla.backends.cuda.codegen import decompose, defines, offset, storage_type
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import Placement, layout_strides
-from pydla.backends.cuda.registry import Candidate, Launch, kernel
+from pydla.backends.cuda.registry import Candidate, Launch, chain, kernel
 from pydla.dtypes import DType
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
-
-
-def _chain(launches: list[Launch]) -> Launch:
-    def run(stream: Any) -> None:
-        for launch in launches:
-            launch(stream)
-
-    return run
 
 
 def strided_copy(ctx: BindContext, src: Placement, strides: tuple[int, ...], start: int,
@@ -76,7 +66,7 @@ def bind_split(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
         launches.append(strided_copy(ctx, src, src.strides, start * src.strides[axis], dst,
                                      layer.name))
         start += dst.shape[axis]
-    return [Candidate("nvrtc", _chain(launches))]
+    return [Candidate("nvrtc", chain(*launches))]
 
 
 _GATHER = r"""
