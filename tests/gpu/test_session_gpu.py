@@ -15,11 +15,12 @@ if not torch.cuda.is_available():
     pytest.skip("torch has no CUDA here", allow_module_level=True)
 
 import onnx  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 import pydla  # noqa: E402
 from pydla.backends.cuda import driver  # noqa: E402
 from pydla.session import SessionError  # noqa: E402
+from tests.runtime.test_session import _conv_model as conv_model  # noqa: E402
 
 ort = pytest.importorskip("onnxruntime")
 CUDA = "CUDAExecutionProvider"
@@ -37,20 +38,8 @@ def forbid_host_copies(monkeypatch) -> None:
 
 
 def _conv_model(batch: str | int = "N") -> onnx.ModelProto:
-    """Two float outputs: a feature map and logits (every op has a CUDA kernel)."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w")
-    fc = numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "fc")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["feat"], name="relu"),
-             helper.make_node("GlobalAveragePool", ["feat"], ["g"], name="gap"),
-             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
-             helper.make_node("MatMul", ["f", "fc"], ["logits"], name="fc")]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 4]),
-         helper.make_tensor_value_info("feat", TensorProto.FLOAT, [batch, 6, 8, 8])], [w, fc])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    """Two float outputs, logits and the feature map: every op has a CUDA kernel."""
+    return conv_model(batch, label=False)
 
 
 def _want(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:

@@ -10,30 +10,17 @@ import pytest
 
 import pydla
 from tests.models import corpus
-from tests.models.test_corpus import (
+from tests.models.test_corpus import (  # noqa: F401  (_full_corpus_on_request: autouse)
     MODELS,
     NO_CORPUS,
-    XFAIL,
     _as_tensor,
+    _full_corpus_on_request,
+    _param,
     assert_matches,
     model_path,
 )
 
 ort = pytest.importorskip("onnxruntime")
-
-
-def _param(m: corpus.Model):  # noqa: ANN202
-    marks = [] if m.default else [pytest.mark.corpus]
-    if m.id in XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[m.id]))
-    return pytest.param(m, id=m.id, marks=marks)
-
-
-@pytest.fixture(autouse=True)
-def _full_corpus_on_request(request):
-    if request.node.get_closest_marker("corpus") and \
-            "corpus" not in (request.config.option.markexpr or ""):
-        pytest.skip("not in the default subset: run with -m corpus")
 
 
 @pytest.mark.skipif(not MODELS, reason=NO_CORPUS or "empty corpus")

@@ -15,21 +15,31 @@ from pydla.session import SessionError
 ort = pytest.importorskip("onnxruntime")
 
 
-def _conv_model(batch: str | int = "N") -> onnx.ModelProto:
+def _conv_model(batch: str | int = "N", label: bool = True) -> onnx.ModelProto:
+    """Conv → ReLU → global pool → MatMul → logits, and an int64 ArgMax ``label`` — or, with
+    ``label=False``, the float feature map ``feat`` instead (every op then has a CUDA
+    kernel)."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(np.float32), "w")
     fc = numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "fc")
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+             helper.make_node("Relu", ["c"], ["feat"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["feat"], ["g"], name="gap"),
              helper.make_node("Flatten", ["g"], ["f"], name="flat"),
-             helper.make_node("MatMul", ["f", "fc"], ["logits"], name="fc"),
-             helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0, name="am")]
+             helper.make_node("MatMul", ["f", "fc"], ["logits"], name="fc")]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 4])]
+    if label:
+        nodes.append(helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0,
+                                      name="am"))
+        outputs.append(helper.make_tensor_value_info("label", TensorProto.INT64, [batch]))
+    else:
+        outputs.append(helper.make_tensor_value_info("feat", TensorProto.FLOAT,
+                                                     [batch, 6, 8, 8]))
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 4]),
-         helper.make_tensor_value_info("label", TensorProto.INT64, [batch])], [w, fc])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        outputs, [w, fc])
+    # IR 10: onnxruntime builds that read no newer IR (the GPU machine's) load it too
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
 
 
 def _ort(model: onnx.ModelProto):  # noqa: ANN202
