@@ -264,6 +264,19 @@ def test_gemm_native_epilogue() -> None:
                  [((4, 6), np.float32)], "blas")
 
 
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_gemm_where_epilogue_is_native(flag: bool) -> None:
+    # openwakeword's head: an If on a bool flag folded into Where after the Sigmoid — run
+    # inside the product's kernel, not by the generic numpy epilogue (25 µs for one value)
+    prog = [_step("Sigmoid", [0], (1, 1)), _step("Where", [1, 3, 2], (1, 1))]
+    attrs = {"transB": 1, "epilogue": {"program": prog, "inputs": 2}}
+    ins = [_rand(1, 64), _rand(1, 64), _rand(1), np.array(flag), _rand(1, 1)]
+    spec = _spec("Gemm", attrs, ins, [((1, 1), np.float32)], "blas")
+    blas = next(t for t in candidate_tactics(spec) if t.name == "blas")
+    assert blas.native_epilogue(prog)
+    check_tactic("Gemm", attrs, ins, [((1, 1), np.float32)], "blas")
+
 def test_matmul_epilogue_model_and_float16() -> None:
     # BERT's attention scores: MatMul, then Div by √d and Add of the mask as an epilogue.
     nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),

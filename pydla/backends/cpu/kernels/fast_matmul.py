@@ -298,8 +298,10 @@ def _float_spec(s: TensorSpec | None) -> bool:
 
 
 def _native(program: Sequence[Mapping[str, Any]]) -> bool:
-    return all(s["op"] in FLOAT_OPS and s["dtype"] in ("float32", "float16", "bfloat16")
-               for s in program)
+    # Where takes its condition as a bool register (an If folded into a select, as in
+    # openwakeword's heads); the compiled epilogue reads it in place.
+    return all((s["op"] in FLOAT_OPS or s["op"] == "Where")
+               and s["dtype"] in ("float32", "float16", "bfloat16") for s in program)
 
 
 def _applies(spec: LayerSpec) -> bool:
