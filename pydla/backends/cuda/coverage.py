@@ -53,8 +53,8 @@ CUDA_OPS = frozenset({
     "Tile", "DepthToSpace", "SpaceToDepth",
     # pooling.py
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    # recurrent.py
-    "LSTM",
+    # recurrent.py, recurrent_gru.py
+    "LSTM", "GRU",
     # reduce.py
     "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
@@ -91,7 +91,7 @@ CPU_ONLY: dict[str, str] = {
     # float ops without a kernel yet
     **{op: "no kernel yet" for op in (
         "AffineGrid", "Attention", "CausalConvWithState", "Col2Im", "CumProd", "CumSum",
-        "DFT", "DeformConv", "Det", "Einsum", "GRU", "GridSample",
+        "DFT", "DeformConv", "Det", "Einsum", "GridSample",
         "GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LinearAttention",
         "LpNormalization", "LpPool", "MeanVarianceNormalization", "RMSNormalization",
         "RNN", "RoiAlign", "RotaryEmbedding", "STFT", "Trilu")},
@@ -134,6 +134,12 @@ def _type_refusal(node: Node) -> str | None:
             return "sequence_lens computed at run time: the CUDA LSTM runs full-length " \
                    "sequences only"
         inputs = inputs[:4] + inputs[5:]
+    if node.op == "GRU" and len(inputs) > 4 and inputs[4] is not None:
+        # the CUDA GRU reads sequence_lens, constant or computed, as int32 or int64
+        if inputs[4].dtype not in _INDEX_TYPES:
+            return f"sequence_lens {inputs[4].name} is {inputs[4].dtype.name.lower()}, " \
+                   "not int32/int64"
+        inputs = inputs[:4] + inputs[5:]
     extra = int((node.attrs.get("epilogue") or {}).get("inputs", 0))
     if extra and node.op != "Pointwise":
         # a fused epilogue's extra inputs (its last inputs) are read by the program's typed
@@ -169,6 +175,9 @@ def _dtype_refusal(op: str, dtype: DType) -> str | None:
         if dtype in _INTEGERS else "")
 
 
+_DEFAULT_ACTIVATIONS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
+
+
 def _shape_refusal(node: Node) -> str | None:
     """Structural limits the kernels raise at bind (their KernelError texts)."""
     x = node.inputs[0] if node.inputs else None
@@ -179,9 +188,15 @@ def _shape_refusal(node: Node) -> str | None:
     if node.op in ("MaxPool", "AveragePool", "GlobalAveragePool",
                    "GlobalMaxPool") and rank != 4:
         return f"a {rank - 2}-D {node.op}: the CUDA backend runs 2-D (rank-4) layers only"
-    if node.op in ("Conv", "ConvTranspose", "LSTM") and any(
-            v is not None and not v.is_const for v in node.inputs[1:3]):
+    weights = node.inputs[1:4] if node.op == "GRU" else node.inputs[1:3]  # the GRU's B too
+    if node.op in ("Conv", "ConvTranspose", "LSTM", "GRU") and any(
+            v is not None and not v.is_const for v in weights):
         return "weights computed at run time: the CUDA kernel needs constant weights"
+    default = _DEFAULT_ACTIVATIONS.get(node.op)
+    if default is not None and [str(a).lower() for a in node.attrs.get("activations") or []] \
+            not in ([], default * (len(node.attrs.get("activations") or []) // len(default))):
+        return f"activations {node.attrs['activations']}: the CUDA {node.op} runs the " \
+               f"default ones ({', '.join(default)})"
     if node.op == "MaxPool" and len([o for o in node.outputs if o is not None]) > 1:
         return "MaxPool indices: no CUDA kernel writes them"
     if node.op == "Slice" and any(v is not None and not v.is_const for v in node.inputs[1:]):

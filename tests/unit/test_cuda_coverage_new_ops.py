@@ -1,0 +1,51 @@
+"""``pydla check --target=cuda`` on the ops issue 26's coverage work gave CUDA kernels
+(GRU, TopK, the quantize family): what runs and what is still refused, with its reason,
+known without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from pydla.backends.cuda.coverage import CUDA_OPS, check_cuda_model
+from pydla.dla.checker import LayerVerdict
+
+
+def _verdicts(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+              outputs: list[str], inits: list[onnx.TensorProto]) -> dict[str, LayerVerdict]:
+    graph = helper.make_graph(nodes, "g", inputs,
+                              [helper.make_empty_tensor_value_info(o) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return {v.name: v for v in check_cuda_model(model).layers}
+
+
+def _gru_weights(prefix: str, dirs: int = 1) -> list[onnx.TensorProto]:
+    rng = np.random.default_rng(0)
+    return [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32),
+                                    f"{prefix}{name}")
+            for name, shape in (("w", (dirs, 12, 3)), ("r", (dirs, 12, 4)),
+                                ("b", (dirs, 24)))]
+
+
+def test_gru_runs_with_run_time_lengths_and_refuses_what_its_kernel_does_not() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])
+    lens = helper.make_tensor_value_info("lens", TensorProto.INT32, [2])
+    b_in = helper.make_tensor_value_info("b_in", TensorProto.FLOAT, [1, 24])
+    gru = helper.make_node
+    nodes = [gru("GRU", ["x", "a_w", "a_r", "a_b", "lens"], ["ya"], name="bidir_lens",
+                 hidden_size=4, direction="bidirectional", linear_before_reset=1),
+             gru("GRU", ["x", "b_w", "b_r", "b_in"], ["yb"], name="bias_input",
+                 hidden_size=4),
+             gru("GRU", ["x", "c_w", "c_r", "c_b"], ["yc"], name="relu", hidden_size=4,
+                 activations=["Relu", "Tanh"])]
+    inits = [*_gru_weights("a_", 2), *_gru_weights("b_")[:2], *_gru_weights("c_")]
+    by_name = _verdicts(nodes, [x, lens, b_in], ["ya", "yb", "yc"], inits)
+    assert "GRU" in CUDA_OPS
+    assert by_name["bidir_lens"].supported, by_name["bidir_lens"].refusal
+    bias = by_name["bias_input"].refusal
+    assert bias is not None and bias.rule == "cuda.shape" and "constant weights" in bias.reason
+    relu = by_name["relu"].refusal
+    assert relu is not None and relu.rule == "cuda.shape"
+    assert "default ones (sigmoid, tanh)" in relu.reason
