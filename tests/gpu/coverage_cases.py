@@ -88,7 +88,45 @@ GRU_CASES: dict[str, Case] = {
     "gru_model": _gru_model,
 }
 
-EXACT_CASES: dict[str, Case] = {}
+_TOPK_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
+               "int64": TensorProto.INT64, "int32": TensorProto.INT32,
+               "uint8": TensorProto.UINT8, "int8": TensorProto.INT8}
+
+
+def _topk(dtype: str) -> Case:
+    """TopK over every axis of a rank-4 tensor (channels-last on the GPU) and a rank-2
+    one, largest and smallest, k of 1, some and all, with many ties (and NaN, ±0 and ±inf
+    in float data); a vector of lengths sorted largest first, as piper's GRU blocks do."""
+    def case() -> tuple[onnx.ModelProto, Feeds]:
+        n = Net(f"topk_{dtype}")
+        x = n.input("x", (2, 5, 3, 4), _TOPK_TYPES[dtype])
+        m = n.input("m", (3, 9), _TOPK_TYPES[dtype])
+        lens = n.input("lens", (6,), TensorProto.INT64)
+        outs: list[str] = []
+        for axis, k, largest in ((1, 3, 1), (1, 5, 0), (3, 2, 1), (0, 1, 0), (2, 3, 1)):
+            outs += n.op("TopK", [x, n.shape_const([k])], n_out=2, axis=axis, largest=largest)
+        for k, largest in ((1, 1), (4, 0), (9, 1), (9, 0)):
+            outs += n.op("TopK", [m, n.shape_const([k])], n_out=2, axis=-1, largest=largest)
+        outs += n.op("TopK", [lens, n.shape_const([6])], n_out=2, axis=-1, largest=1)
+        r = _rng(11)
+        if dtype.startswith("float"):
+            vx = np.round(r.standard_normal((2, 5, 3, 4)) * 2) / 2  # ties
+            vm = np.round(r.standard_normal((3, 9)))
+            vm[0, [1, 4]] = np.nan
+            vm[1, :4] = [np.inf, -np.inf, 0.0, -0.0]
+            vm[2, [0, 3, 8]] = np.nan
+            vx[0, :, 1, 2] = np.nan
+        else:
+            vx, vm = r.integers(0, 4, (2, 5, 3, 4)), r.integers(-3, 3, (3, 9))
+            if dtype[0] == "u":
+                vm = vm + 3
+        return n.model(outs), {"x": vx.astype(dtype), "m": vm.astype(dtype),
+                               "lens": np.array([7, 3, 9, 3, 1, 9], np.int64)}
+
+    return case
+
+
+EXACT_CASES: dict[str, Case] = {f"topk_{t}": _topk(t) for t in _TOPK_TYPES}
 # float32 recurrences summed in another order than the CPU backend's: 1e-5 relative
 TOLERANT_CASES: dict[str, tuple[Case, float]] = {name: (case, 1e-5)
                                                  for name, case in GRU_CASES.items()}

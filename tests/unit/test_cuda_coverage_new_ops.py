@@ -49,3 +49,16 @@ def test_gru_runs_with_run_time_lengths_and_refuses_what_its_kernel_does_not() -
     relu = by_name["relu"].refusal
     assert relu is not None and relu.rule == "cuda.shape"
     assert "default ones (sigmoid, tanh)" in relu.reason
+
+
+def test_topk_runs_on_float_and_integer_tensors() -> None:
+    k = numpy_helper.from_array(np.array([2], np.int64), "k")
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk_float", axis=1),
+             helper.make_node("TopK", ["n", "k"], ["nv", "ni"], name="topk_int64",
+                              largest=0)]
+    by_name = _verdicts(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                              [2, 5, 3, 3]),
+                                helper.make_tensor_value_info("n", TensorProto.INT64, [6])],
+                        ["v", "i", "nv", "ni"], [k])
+    assert "TopK" in CUDA_OPS
+    assert all(by_name[n].supported for n in ("topk_float", "topk_int64")), by_name

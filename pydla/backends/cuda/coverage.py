@@ -58,8 +58,8 @@ CUDA_OPS = frozenset({
     # reduce.py
     "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
-    # resize.py, shape.py, softmax.py
-    "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax",
+    # resize.py, shape.py, softmax.py, topk.py
+    "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax", "TopK",
 })
 
 _FLOAT_ONLY = "the CUDA backend computes float32/float16/bfloat16 only"
@@ -70,12 +70,11 @@ _INTEGERS = _STORED - {*_FLOATS, DType.BOOL}
 _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose", "Concat",
                          "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin", "Tile",
                          "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
-                         "ScatterElements", "ScatterND", "ReverseSequence",
+                         "ScatterElements", "ScatterND", "ReverseSequence", "TopK",
                          "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
     # integer or quantized tensors
-    "TopK": "no kernel yet (int64 indices output)",
     "OneHot": "no kernel yet (integer indices)",
     "MaxUnpool": "no kernel yet (int64 indices input)",
     "TensorScatter": "no kernel yet (int64 write indices)",

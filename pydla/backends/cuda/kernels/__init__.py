@@ -18,8 +18,9 @@ from pydla.backends.cuda.kernels import (
     resize,
     shape,
     softmax,
+    topk,
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
            "pad", "pointwise", "pooling", "rearrange", "recurrent", "recurrent_gru", "reduce",
-           "resize", "shape", "softmax"]
+           "resize", "shape", "softmax", "topk"]
