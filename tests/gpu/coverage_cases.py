@@ -126,7 +126,63 @@ def _topk(dtype: str) -> Case:
     return case
 
 
-EXACT_CASES: dict[str, Case] = {f"topk_{t}": _topk(t) for t in _TOPK_TYPES}
+def _quantize() -> tuple[onnx.ModelProto, Feeds]:
+    """QuantizeLinear per tensor, per axis of a channels-last tensor and per block, to every
+    integer type, with ties (half to even), saturation and ±inf; DequantizeLinear of the
+    results and of int32; float16 scales and outputs."""
+    n = Net("quantize")
+    x = n.input("x", (2, 4, 3, 5))
+    v = n.input("v", (6, 8))
+    h = n.input("h", (6, 8), TensorProto.FLOAT16)
+    i32 = n.input("i32", (6, 8), TensorProto.INT32)
+    r = _rng(21)
+    per_c = n.const((0.05 + r.random(4) * 0.2).astype(np.float32))
+    outs = [n.op("QuantizeLinear", [x, n.const(np.float32(0.1)), n.const(np.uint8(128))]),
+            n.op("QuantizeLinear", [x, per_c, n.const(np.array([0, -3, 5, 127], np.int8))],
+                 axis=1),
+            n.op("QuantizeLinear", [v, n.const(np.float32(0.002)),
+                                    n.const(np.int16(-7))]),
+            n.op("QuantizeLinear", [v, n.const(np.float32(0.5))]),  # uint8, zero point 0
+            n.op("QuantizeLinear", [v, n.const((0.1 + r.random((6, 3))).astype(np.float32)),
+                                    n.const(r.integers(0, 9, (6, 3)).astype(np.uint16))],
+                 axis=1, block_size=3),
+            n.op("QuantizeLinear", [h, n.const(np.float16(0.25)), n.const(np.int8(1))])]
+    q8 = n.op("QuantizeLinear", [x, per_c, n.const(np.array([0, -3, 5, 127], np.int8))],
+              axis=1)
+    outs += [n.op("DequantizeLinear", [q8, per_c, n.const(np.array([0, -3, 5, 127], np.int8))],
+                  axis=1),
+             n.op("DequantizeLinear", [outs[0], n.const(np.float32(0.1)),
+                                       n.const(np.uint8(128))]),
+             n.op("DequantizeLinear", [i32, n.const(np.float32(1e-3))]),
+             n.op("DequantizeLinear", [outs[3], n.const(np.float16(0.3))]),
+             n.op("DequantizeLinear", [outs[2], n.const(np.array([0.7], np.float32)),
+                                       n.const(np.array([3], np.int16))])]
+    vx = r.standard_normal((2, 4, 3, 5)).astype(np.float32) * 8
+    vx[0, 0, 0, :] = [0.05, 0.15, -0.25, np.inf, -np.inf]  # ties at scale 0.1, saturation
+    vv = (r.standard_normal((6, 8)) * 40).astype(np.float32)
+    vv[0, :4] = [0.25, 0.75, -1.25, 1e9]  # ties at scale 0.5
+    vh = np.clip(vv / 30, -1e4, 1e4).astype(np.float16)
+    vi = r.integers(-(1 << 30), 1 << 30, (6, 8)).astype(np.int32)
+    return n.model(outs, opset=21), {"x": vx, "v": vv, "h": vh, "i32": vi}
+
+
+def _dynamic_quantize() -> tuple[onnx.ModelProto, Feeds]:
+    """DynamicQuantizeLinear of mixed-sign, all-positive and all-zero data (scale 1)."""
+    n = Net("dynamic_quantize")
+    a = n.input("a", (3, 4, 5, 6))
+    b = n.input("b", (7, 9))
+    z = n.input("z", (4,))
+    outs: list[str] = []
+    for t in (a, b, z):
+        outs += n.op("DynamicQuantizeLinear", [t], n_out=3)
+    r = _rng(22)
+    return n.model(outs), {"a": r.standard_normal((3, 4, 5, 6)).astype(np.float32),
+                           "b": (r.random((7, 9)) * 3 + 1).astype(np.float32),
+                           "z": np.zeros(4, np.float32)}
+
+
+EXACT_CASES: dict[str, Case] = {**{f"topk_{t}": _topk(t) for t in _TOPK_TYPES},
+                                "quantize": _quantize, "dynamic_quantize": _dynamic_quantize}
 # float32 recurrences summed in another order than the CPU backend's: 1e-5 relative
 TOLERANT_CASES: dict[str, tuple[Case, float]] = {name: (case, 1e-5)
                                                  for name, case in GRU_CASES.items()}

@@ -62,3 +62,19 @@ def test_topk_runs_on_float_and_integer_tensors() -> None:
                         ["v", "i", "nv", "ni"], [k])
     assert "TopK" in CUDA_OPS
     assert all(by_name[n].supported for n in ("topk_float", "topk_int64")), by_name
+
+
+def test_quantize_family_runs_on_integer_tensors() -> None:
+    scale = numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32), "scale")
+    zp = numpy_helper.from_array(np.array([1, 2, 3], np.int8), "zp")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], name="quantize",
+                              axis=1),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["d"],
+                              name="dequantize", axis=1),
+             helper.make_node("DynamicQuantizeLinear", ["d"], ["u", "s", "z"],
+                              name="dynamic")]
+    by_name = _verdicts(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                              [2, 3, 4, 4])],
+                        ["u", "s", "z"], [scale, zp])
+    for name in ("quantize", "dequantize", "dynamic"):
+        assert by_name[name].supported, (name, by_name[name].refusal)

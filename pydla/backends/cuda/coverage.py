@@ -58,6 +58,8 @@ CUDA_OPS = frozenset({
     # reduce.py
     "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
+    # quantize.py
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
     # resize.py, shape.py, softmax.py, topk.py
     "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax", "TopK",
 })
@@ -71,6 +73,7 @@ _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpos
                          "Slice", "Split", "Gather", "Expand", "Pad", "ArgMax", "ArgMin", "Tile",
                          "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
                          "ScatterElements", "ScatterND", "ReverseSequence", "TopK",
+                         "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
                          "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
@@ -81,9 +84,6 @@ CPU_ONLY: dict[str, str] = {
     "NegativeLogLikelihoodLoss": "no kernel yet (int64 targets)",
     "SoftmaxCrossEntropyLoss": "no kernel yet (int64 labels)",
     "ConstantOfShape": "no kernel yet (folded at build when its shape input is constant)",
-    "QuantizeLinear": "no kernel yet (int8/uint8 output, saturating rounding)",
-    "DequantizeLinear": "no kernel yet (int8/uint8 input)",
-    "DynamicQuantizeLinear": "no kernel yet (uint8 output and its scale)",
     "QConv": "int8 convolution: no kernel yet (issue 26 item 3: cuDNN int8)",
     "QGemm": "int8 GEMM: no kernel yet (issue 26 item 3: cuBLASLt int8)",
     "QLinearSoftmax": "no kernel yet (int8/uint8 tensors)",

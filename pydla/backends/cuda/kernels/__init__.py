@@ -11,6 +11,7 @@ from pydla.backends.cuda.kernels import (
     pad,
     pointwise,
     pooling,
+    quantize,
     rearrange,
     recurrent,
     recurrent_gru,
@@ -22,5 +23,5 @@ from pydla.backends.cuda.kernels import (
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
-           "pad", "pointwise", "pooling", "rearrange", "recurrent", "recurrent_gru", "reduce",
-           "resize", "shape", "softmax", "topk"]
+           "pad", "pointwise", "pooling", "quantize", "rearrange", "recurrent", "recurrent_gru",
+           "reduce", "resize", "shape", "softmax", "topk"]
