@@ -48,6 +48,24 @@ def _step(model: onnx.ModelProto, output: str) -> float | None:
     return None
 
 
+def quantize(src: Path, dst: Path, calib: list[dict], fmt: str = "QDQ") -> onnx.ModelProto:
+    """onnxruntime's quantize_static of the float model at ``src`` into ``dst`` (``fmt``: QDQ
+    or QOperator; per-channel, uint8 activations, int8 weights, calibrated on ``calib``)."""
+    from onnxruntime import quantization as q
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self, feeds: list[dict]) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self) -> dict | None:
+            return next(self.it, None)
+
+    q.quantize_static(str(src), str(dst), Reader(calib), quant_format=getattr(
+        q.QuantFormat, fmt), per_channel=True, activation_type=q.QuantType.QUInt8,
+        weight_type=q.QuantType.QInt8)
+    return onnx.load(dst)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("pairs", nargs="+", help="MODEL.onnx INPUT=AxBxC pairs")
@@ -55,7 +73,6 @@ def main() -> None:
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     from onnxruntime import InferenceSession
-    from onnxruntime import quantization as q
 
     from pydla.builder import BuildOptions, build
     from pydla.engine.module import LoadedModule
@@ -76,18 +93,7 @@ def main() -> None:
         tests = [{name: rng.random(shape, np.float32)} for _ in range(3)]
         for fmt in formats:
             dst = tmp / f"{fmt}.onnx"
-
-            class Reader(q.CalibrationDataReader):
-                def __init__(self, feeds: list[dict]) -> None:
-                    self.it = iter(feeds)
-
-                def get_next(self) -> dict | None:
-                    return next(self.it, None)
-
-            q.quantize_static(str(src), str(dst), Reader(calib), quant_format=getattr(
-                q.QuantFormat, fmt), per_channel=True, activation_type=q.QuantType.QUInt8,
-                weight_type=q.QuantType.QInt8)
-            qmodel = onnx.load(dst)
+            qmodel = quantize(src, dst, calib, fmt)
             t0 = time.perf_counter()
             module = LoadedModule(build(qmodel, BuildOptions(autotune=False)))
             built = time.perf_counter() - t0
