@@ -1,4 +1,5 @@
-"""The CUDA kernels issue 26's coverage work added (GRU, TopK, the quantize family) on the
+"""The CUDA kernels issue 26's coverage work added (GRU, TopK, the quantize family, 3-D
+convolutions) on the
 GPU against the CPU backend: ``coverage_cases.EXACT_CASES`` bit for bit,
 ``TOLERANT_CASES`` within their bound at fp32, and the GRU cases again at fp16 (cosine ≥
 0.999: the recurrence computes in float32 whatever the tensors' type)."""
@@ -74,3 +75,17 @@ def test_gru_runs_a_timed_gemm_not_the_fallback() -> None:
     finally:
         gpu.bound.close()
     assert tactics["GRU"] in ("tile32", "tile64", "warp"), tactics
+
+
+def test_flat_3d_convolutions_run_as_2d_ones() -> None:
+    """RivaGAN's 1×k×k filters over a depth of 1 take the 2-D candidates (cuDNN), not the
+    direct 3-D fallback."""
+    model, feeds = TOLERANT_CASES["conv3d_flat"][0]()
+    data = build(model, BuildOptions(autotune=False, target="cuda"))
+    gpu = LoadedModule(data, CudaBackend())
+    try:
+        gpu.run([feeds[i.name] for i in model.graph.input])
+        tactics = [c.tactic for c in gpu.bound.choices if c.op == "Conv"]
+    finally:
+        gpu.bound.close()
+    assert len(tactics) == 2 and "direct3d" not in tactics, tactics

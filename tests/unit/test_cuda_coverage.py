@@ -233,18 +233,24 @@ def test_epilogue_extras_and_scatter_types() -> None:
 
 
 def test_1d_convolutions_run_and_3d_ones_are_named() -> None:
-    """Conv and ConvTranspose of rank 3 run (as height-1 2-D ones); 3-D ones are refused."""
+    """Conv and ConvTranspose of rank 3 run (as height-1 2-D ones), and 3-D Conv (its
+    direct kernel, conv3d.py); a 3-D ConvTranspose is refused."""
     w1 = numpy_helper.from_array(np.ones((4, 3, 3), np.float32), "w1")
     w3 = numpy_helper.from_array(np.ones((4, 3, 1, 1, 1), np.float32), "w3")
     wt = numpy_helper.from_array(np.ones((3, 2, 4), np.float32), "wt")
+    wt3 = numpy_helper.from_array(np.ones((3, 2, 1, 1, 1), np.float32), "wt3")
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="conv1d", pads=[1, 1]),
              helper.make_node("ConvTranspose", ["x", "wt"], ["t"], name="deconv1d",
                               strides=[2]),
-             helper.make_node("Conv", ["v", "w3"], ["b"], name="conv3d")]
+             helper.make_node("Conv", ["v", "w3"], ["b"], name="conv3d"),
+             helper.make_node("ConvTranspose", ["v", "wt3"], ["t3"], name="deconv3d")]
     model = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 3, 9]),
                            _vi("v", TensorProto.FLOAT, [1, 3, 2, 4, 4])],
-                   [_vi(o, TensorProto.FLOAT, None) for o in ("a", "t", "b")], [w1, wt, w3])
+                   [_vi(o, TensorProto.FLOAT, None) for o in ("a", "t", "b", "t3")],
+                   [w1, wt, w3, wt3])
     by_name = {v.name: v for v in check_cuda_model(model).layers}
     assert by_name["conv1d"].supported and by_name["deconv1d"].supported
-    refusal = by_name["conv3d"].refusal
-    assert refusal is not None and refusal.rule == "cuda.shape" and "3-D Conv" in refusal.reason
+    assert by_name["conv3d"].supported
+    refusal = by_name["deconv3d"].refusal
+    assert refusal is not None and refusal.rule == "cuda.shape"
+    assert "3-D ConvTranspose" in refusal.reason

@@ -181,9 +181,11 @@ def _shape_refusal(node: Node) -> str | None:
     """Structural limits the kernels raise at bind (their KernelError texts)."""
     x = node.inputs[0] if node.inputs else None
     rank = len(x.shape) if x is not None else 0
-    if node.op in ("Conv", "ConvTranspose") and rank not in (3, 4):
-        return f"a {rank - 2}-D {node.op}: the CUDA backend runs 1-D and 2-D convolutions " \
-               "only"
+    if node.op == "Conv" and rank not in (3, 4, 5):
+        return f"a {rank - 2}-D Conv: the CUDA backend runs 1-D, 2-D and 3-D convolutions only"
+    if node.op == "ConvTranspose" and rank not in (3, 4):
+        return f"a {rank - 2}-D ConvTranspose: the CUDA backend runs 1-D and 2-D transposed " \
+               "convolutions only"
     if node.op in ("MaxPool", "AveragePool", "GlobalAveragePool",
                    "GlobalMaxPool") and rank != 4:
         return f"a {rank - 2}-D {node.op}: the CUDA backend runs 2-D (rank-4) layers only"

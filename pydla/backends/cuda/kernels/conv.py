@@ -1,4 +1,5 @@
-"""2-D convolution, NHWC, with bias and epilogue (1-D: through height-1 staging copies).
+"""2-D convolution, NHWC, with bias and epilogue (1-D: through height-1 staging copies;
+3-D: ``conv3d.py``, or as 2-D through staging copies when the depth is trivial).
 
 Candidates per layer:
 - ``cudnn/p``: a cuDNN frontend graph running the convolution, the bias and the first p
@@ -219,6 +220,8 @@ def bind_conv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     program = list(epi["program"])
     if len(x.shape) == 3:
         return _conv1d_candidates(ctx, layer, x, out, weights, w_dtype, bias, program, extras)
+    if len(x.shape) == 5:
+        return _conv3d_candidates(ctx, layer, x, out, weights, w_dtype, bias, program, extras)
     geometry = _geometry(layer, len(x.shape))
     return _conv2d_candidates(ctx, layer, x, out, weights, w_dtype, bias, program, extras,
                               geometry)
@@ -237,24 +240,55 @@ def _conv1d_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Pl
         geometry))
 
 
+def _conv3d_candidates(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
+                       weights: np.ndarray, w_dtype: Any, bias: Placement | None,
+                       program: list[Any], extras: list[Placement]) -> list[Candidate]:
+    """A 3-D convolution of depth 1 under a kernel depth of 1 is a 2-D one: every 2-D
+    candidate through staging copies (the depth dropped), the direct 3-D kernel as the
+    fallback; any other runs the direct 3-D kernel alone."""
+    from pydla.backends.cuda.kernels.conv3d import direct3d_candidate
+
+    attrs = layer.attrs
+    pads = [int(p) for p in attrs.get("pads", [0] * 6)]
+    flat = x.shape[2] == 1 and weights.shape[2] == 1 and pads[0] == pads[3] == 0
+    epilogue = make_epilogue(program, extras, out, layer.name)
+    direct = direct3d_candidate(ctx, layer, x, out, weights, w_dtype, bias, epilogue,
+                                fallback=flat)
+    if not flat:
+        return [direct]
+    geometry = ConvGeometry((pads[1], pads[2]), (pads[4], pads[5]),
+                            tuple(int(s) for s in attrs.get("strides", [1, 1, 1])[1:]),  # type: ignore[arg-type]
+                            tuple(int(d) for d in attrs.get("dilations", [1, 1, 1])[1:]))  # type: ignore[arg-type]
+
+    def no_depth(p: Placement) -> Placement:  # [.., 1, H, W] → [.., H, W]: the same memory
+        shape = p.shape[:-3] + p.shape[-2:] if len(p.shape) >= 3 else p.shape
+        return Placement(p.ptr, shape, p.dtype, p.layout)
+
+    return [*height_one(ctx, layer, x, out, extras, lambda x4, out4, extras4: _conv2d_candidates(
+        ctx, layer, x4, out4, weights[:, :, 0], w_dtype, bias, program, extras4, geometry),
+        view=no_depth), direct]
+
+
 def height_one(ctx: BindContext, layer: LayerInfo, x: Placement, out: Placement,
                extras: list[Placement],
-               bind_2d: Callable[[Placement, Placement, list[Placement]], list[Candidate]]
-               ) -> list[Candidate]:
+               bind_2d: Callable[[Placement, Placement, list[Placement]], list[Candidate]],
+               view: Callable[[Placement], Placement] | None = None) -> list[Candidate]:
     """A 1-D layer as a 2-D one of height 1: the row-major [N, C, L] input is copied into a
     channels-last [N, C, 1, L] staging tensor, the 2-D candidates run, and their
-    [N, K, 1, L'] result is copied back; extra epilogue inputs gain the unit height."""
+    [N, K, 1, L'] result is copied back; extra epilogue inputs gain the unit height.
+    ``view`` replaces that lift (a rank-5 tensor of depth 1 loses its depth instead)."""
 
     def lifted(p: Placement) -> Placement:  # [.., L] → [.., 1, L]: the same memory
         shape = p.shape[:-1] + (1,) + p.shape[-1:] if p.shape else p.shape
         return Placement(p.ptr, shape, p.dtype, p.layout)
 
-    x4, out4 = lifted(x), lifted(out)
+    lift = view or lifted
+    x4, out4 = lift(x), lift(out)
     x_stage = Placement(ctx.scratch(x.nbytes), x4.shape, x.dtype, NHWC)
     out_stage = Placement(ctx.scratch(out.nbytes), out4.shape, out.dtype, NHWC)
     copy_in = _copy(ctx, x4, x_stage, layer.name)
     copy_out = _copy(ctx, out_stage, out4, layer.name)
-    inner = bind_2d(x_stage, out_stage, [lifted(e) for e in extras])
+    inner = bind_2d(x_stage, out_stage, [lift(e) for e in extras])
     return [Candidate(c.name, chain(copy_in, c.launch, copy_out), c.fallback) for c in inner]
 
 
