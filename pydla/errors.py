@@ -73,6 +73,11 @@ class KernelError(PydlaError):
         super().__init__(f"layer {layer!r} ({op}): {reason}")
 
 
+class DeviceError(PydlaError):
+    """A device cannot serve the command: it is not here (no CUDA driver, GPU or CuPy), or it
+    has no kernel for some of a loadable's layers; names the device and what is missing."""
+
+
 class RequestError(PydlaError):
     """A batch or serving request does not fit the module (pydla.ray): names the tensor,
     shape, dtype or field that is wrong."""

@@ -3,7 +3,8 @@
 Each stream is a thread with its own bound copy of the module (its own activation arena),
 as trtexec's ``--infStreams`` gives each stream its own execution context. As in trtexec's
 inference loop, every stream runs at least ``iterations`` timed queries, and the timed phase
-lasts at least ``duration``.
+lasts at least ``duration``. On a GPU each stream's runner also has its own CUDA stream, and
+a query counts once the GPU has completed it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pydla.tools.profiling import InferenceTrace, StagedRunner
+from pydla.tools.profiling import InferenceTrace, Runner
 from pydla.tools.progress import Progress
 
 # How often the calling thread wakes to redraw the progress bar while streams run.
@@ -66,7 +67,7 @@ class _Shared:
         return min(by_count, by_time)
 
 
-def _stream(index: int, runner: StagedRunner, shared: _Shared, warmup: list[InferenceTrace],
+def _stream(index: int, runner: Runner, shared: _Shared, warmup: list[InferenceTrace],
             timed: list[InferenceTrace]) -> None:
     try:
         warm_end = time.perf_counter_ns() + shared.settings.warmup_ms * 1e6
@@ -85,7 +86,7 @@ def _stream(index: int, runner: StagedRunner, shared: _Shared, warmup: list[Infe
         shared.barrier.abort()
 
 
-def run_bench(runners: Sequence[StagedRunner], settings: BenchSettings,
+def run_bench(runners: Sequence[Runner], settings: BenchSettings,
               progress: Callable[[], Progress] | None = None) -> BenchResult:
     """Run every runner on its own thread; returns all traces, warm-up ones apart."""
     shared = _Shared(len(runners), settings)

@@ -32,35 +32,58 @@ EXPLANATIONS = (
     "D2H Latency: the time to convert the arena's outputs into the output buffers.",
     "Latency: the summation of H2D Latency, Compute Time and D2H Latency.",
 )
+# On the GPU (--device=cuda) every phase is timed by CUDA events on the query's stream.
+GPU_EXPLANATIONS = (
+    EXPLANATIONS[0],
+    "GPU Compute Time: the GPU time of a query's task: its inputs copied into the module's "
+    "arena, the module's CUDA graph, its outputs copied out.",
+    "Total GPU Compute Time: the summation of the GPU Compute Time of all the queries.",
+    EXPLANATIONS[3],
+    "Enqueue Time: the host time spent queueing a query's copies and task on its stream.",
+    "H2D Latency: the GPU time of the input copies from pinned host memory.",
+    "D2H Latency: the GPU time of the output copies to pinned host memory.",
+    "Latency: the summation of H2D Latency, GPU Compute Time and D2H Latency.",
+)
 
 _MS = 1e-6
 
 
-def metric_ms(traces: Sequence[InferenceTrace]) -> dict[str, list[float]]:
+def compute_name(gpu: bool) -> str:
+    """trtexec's name of the compute metric: "GPU Compute Time" on a GPU."""
+    return "GPU Compute Time" if gpu else "Compute Time"
+
+
+def metric_ms(traces: Sequence[InferenceTrace], gpu: bool = False) -> dict[str, list[float]]:
     return {
         "Latency": [t.latency_ns * _MS for t in traces],
         "Enqueue Time": [t.enqueue_ns * _MS for t in traces],
         "H2D Latency": [t.h2d_ns * _MS for t in traces],
-        "Compute Time": [t.compute_ns * _MS for t in traces],
+        compute_name(gpu): [t.compute_ns * _MS for t in traces],
         "D2H Latency": [t.d2h_ns * _MS for t in traces],
     }
 
 
-def summary_lines(result: BenchResult, percentiles: Sequence[float], threads: str | None = None
-                  ) -> tuple[list[str], list[str], dict[str, Summary]]:
+def summary_lines(result: BenchResult, percentiles: Sequence[float], threads: str | None = None,
+                  gpu: bool = False) -> tuple[list[str], list[str], dict[str, Summary]]:
     """(info lines, warning lines, summaries by metric) of the performance summary;
-    ``threads`` says how many CPU threads the runs used (named in the instability warning)."""
+    ``threads`` says how many CPU threads the runs used (named in the instability warning);
+    ``gpu``: the traces were timed on a GPU (trtexec's GPU names and advice)."""
     timed = result.timed
     wall_s = result.walltime_ns * 1e-9
-    stats = {name: summarize(v, percentiles) for name, v in metric_ms(timed).items()}
+    stats = {name: summarize(v, percentiles) for name, v in metric_ms(timed, gpu).items()}
     info = ["=== Performance summary ===",
             f"Throughput: {len(timed) / wall_s if wall_s else 0.0:g} qps"]
     info += [f"{name}: {s.format()}" for name, s in stats.items()]
     total_compute = sum(t.compute_ns for t in timed) * 1e-9
-    info += [f"Total Host Walltime: {wall_s:g} s", f"Total Compute Time: {total_compute:g} s"]
+    info += [f"Total Host Walltime: {wall_s:g} s",
+             f"Total {compute_name(gpu)}: {total_compute:g} s"]
     warn: list[str] = []
-    compute = stats["Compute Time"]
-    if stats["Enqueue Time"].median > ENQUEUE_BOUND * compute.median:
+    compute = stats[compute_name(gpu)]
+    if gpu and stats["Enqueue Time"].median > ENQUEUE_BOUND * compute.median:
+        warn += ["* Throughput may be bound by Enqueue Time rather than GPU Compute: the host "
+                 "takes about as long to queue a query as the GPU to run it.",
+                 "  A larger batch (--shapes) gives the GPU more work per query."]
+    elif stats["Enqueue Time"].median > ENQUEUE_BOUND * compute.median:
         warn += ["* Throughput may be bound by Enqueue Time rather than Compute: the host "
                  "spends about as long dispatching layers as running them.",
                  "  Many tiny layers cause this; a larger batch (--shapes) amortizes it."]
@@ -71,9 +94,11 @@ def summary_lines(result: BenchResult, percentiles: Sequence[float], threads: st
                      "  I/O formats that match the engine's (--inputIOFormats/"
                      "--outputIOFormats at build time) make the conversion a plain copy."]
     if compute.cv > UNSTABLE_CV_PERCENT:
-        warn += [f"* Compute time is unstable, with coefficient of variance = {compute.cv:g}%.",
-                 "  Pinning the process to idle cores (taskset) or a longer --duration may "
-                 "improve the stability."]
+        warn += [f"* {'GPU Compute Time' if gpu else 'Compute time'} is unstable, with "
+                 f"coefficient of variance = {compute.cv:g}%.",
+                 "  Locking the GPU clocks (nvidia-smi -lgc) or a longer --duration may improve "
+                 "the stability." if gpu else "  Pinning the process to idle cores (taskset) "
+                 "or a longer --duration may improve the stability."]
         if threads:
             warn += [f"  The runs used {threads}; PYDLA_NUM_THREADS=N (or "
                      "pydla.set_num_threads(N)) caps the count, PYDLA_THREAD_POLICY=fixed "

@@ -5,23 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pydla.tools.buildflags import add_build_flags, engine_bytes
+from pydla.tools.device_arg import add_device_flag, load_module, resolve_device
 from pydla.tools.filearg import add_file_args
 from pydla.tools.flags import FlagError
 from pydla.tools.logs import LOG
+from pydla.tools.perfstats import median
+from pydla.tools.profiling import InferenceTrace
 from pydla.tools.trex import add_layer_info_flags, write_layer_info
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bench", help="time a loadable (trtexec's performance summary and profile)",
-        description="Run a loadable repeatedly on the CPU device and print trtexec's "
-        "performance summary. Give --loadEngine, or --onnx with build flags to build first.")
+        description="Run a loadable repeatedly on the CPU device or a GPU (--device) and "
+        "print trtexec's performance summary. Give --loadEngine, or --onnx with build flags "
+        "to build first (with --device=cuda the build targets cuda). On a GPU every phase is "
+        "timed with CUDA events, and --dumpProfile/--exportProfile take per-layer GPU times "
+        "from a separate profiling run.")
     add_file_args(p, ("engine", "onnx"), "a loadable, or an ONNX model to build first "
                   "(with the build flags)")
     p.add_argument("--saveEngine", help="with --onnx: also write the built loadable here")
+    add_device_flag(p)
     p.add_argument("--iterations", type=int, default=10,
                    help="run at least this many timed queries (default 10)")
     p.add_argument("--warmUp", type=float, default=200.0,
@@ -73,7 +81,6 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydla.engine import LoadedModule
     from pydla.tools import benchreport as rep
     from pydla.tools.benchloop import BenchSettings, run_bench
     from pydla.tools.cmd_run import check_export_path, export_outputs, load_inputs
@@ -83,8 +90,18 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     check_export_path(args.exportOutput)
     percentiles = _percentiles(args.percentile)
+    device = resolve_device(args)
     data = engine_bytes(args, args.onnx)
-    runners = [StagedRunner(LoadedModule(data), stream=i) for i in range(args.infStreams)]
+    profiling = bool(args.dumpProfile or args.exportProfile)
+    runners: list[Any]
+    if device.is_cuda:
+        from pydla.tools.gpu_runner import GpuRunner
+
+        runners = [GpuRunner(load_module(data, device, instrument=profiling), stream=i)
+                   for i in range(args.infStreams)]
+    else:
+        runners = [StagedRunner(load_module(data, device), stream=i)
+                   for i in range(args.infStreams)]
     module = runners[0].module
     prog = module.program
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
@@ -96,8 +113,12 @@ def run(args: argparse.Namespace) -> int:
     def info(line: str = "") -> None:
         LOG.info(line)
 
+    # the CUDA backend plans its own arena (NHWC copies of rank-4 I/O, its own lifetimes)
+    arena = module.bound.arena_bytes if device.is_cuda else prog.arena_bytes
     info(f"Engine: {args.loadEngine or args.onnx} ({len(prog.layers)} layers, activation arena "
-         f"{prog.arena_bytes:,} bytes), {args.infStreams} stream(s), device cpu")
+         f"{arena:,} bytes), {args.infStreams} stream(s), device {device}")
+    if device.is_cuda:
+        _note_io_formats(prog)
     settings = BenchSettings(args.iterations, args.warmUp, args.duration)
     origin = time.perf_counter_ns()
     result = run_bench(runners, settings, lambda: Progress("Timing", args.iterations))
@@ -111,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     used = _threads_used(runners)
     if used:
         info(f"CPU threads: {used}")
-    lines, warnings, _ = rep.summary_lines(result, percentiles, used)
+    lines, warnings, _ = rep.summary_lines(result, percentiles, used, gpu=device.is_cuda)
     for line in lines[:-1]:
         info(line)
     for line in warnings:
@@ -120,12 +141,15 @@ def run(args: argparse.Namespace) -> int:
     if args.verbose:
         info()
         info("=== Explanations of the performance metrics ===")
-        for line in rep.EXPLANATIONS:
+        for line in rep.GPU_EXPLANATIONS if device.is_cuda else rep.EXPLANATIONS:
             info(line)
-    profile = rep.layer_profile(result.timed, [lay.name for lay in prog.layers])
+    profiled = result.timed
+    if device.is_cuda and profiling:
+        profiled = _gpu_profile_run(runners[0], result.timed)
+    profile = rep.layer_profile(profiled, [lay.name for lay in prog.layers])
     if args.dumpProfile:
         info()
-        for line in rep.profile_lines(profile, result.timed):
+        for line in rep.profile_lines(profile, profiled):
             info(line)
     _write_json(args.exportProfile, profile)
     _write_json(args.exportTimes, rep.times_json(result, origin))
@@ -138,6 +162,37 @@ def run(args: argparse.Namespace) -> int:
                               dtypes)
         info(f"wrote {args.exportOutput} ({size:,} bytes)")
     return 0
+
+
+# The GPU profiling run replays the profiled graph as many times as the timed run ran
+# queries, up to this many (each query decodes its statistics on the host).
+PROFILE_QUERIES_MAX = 1000
+
+
+def _gpu_profile_run(runner: Any, timed: Sequence[InferenceTrace]) -> list[InferenceTrace]:
+    """Per-layer GPU times from the module's profiled graph, in a run of its own: its stamp
+    kernels (two per layer) would slow the timed queries."""
+    queries = max(1, min(len(timed), PROFILE_QUERIES_MAX))
+    traces: list[InferenceTrace] = runner.profile(queries)
+
+    def median_ms(values: list[int]) -> float:
+        return median(sorted(values)) * 1e-6
+
+    LOG.info(f"Profiling run: {queries} queries of the profiled graph, GPU Compute Time median "
+             f"{median_ms([t.compute_ns for t in traces]):g} ms "
+             f"({median_ms([t.compute_ns for t in timed]):g} ms unprofiled), inside the "
+             f"layers {median_ms([int(t.layer_ns.sum()) for t in traces]):g} ms")
+    return traces
+
+
+def _note_io_formats(prog: Any) -> None:
+    """The CUDA backend moves every I/O tensor linear in its own type; say so where the
+    loadable's I/O formats (for CPU and DLA buffers) differ."""
+    for io in (*prog.inputs, *prog.outputs):
+        t = prog.tensors[io.tensor]
+        if io.format != "chw" or io.dtype is not t.dtype:
+            LOG.info(f"Note: {t.name!r} is {io.dtype.name.lower()}:{io.format} in the "
+                     f"loadable; on the GPU it moves as {t.dtype.name.lower()}:chw")
 
 
 def _threads_used(runners: list[Any]) -> str | None:

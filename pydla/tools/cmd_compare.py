@@ -13,6 +13,7 @@ import numpy as np
 from pydla.dtypes import DType, to_compute
 from pydla.loadable import LayerInfo, Program
 from pydla.tools.buildflags import add_build_flags, engine_bytes
+from pydla.tools.device_arg import add_device_flag, load_module, resolve_device
 from pydla.tools.errorstats import (
     CHECK_STATS,
     DEFAULT_TOL,
@@ -39,8 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run the model with pydla and onnxruntime on the same inputs and compare "
         "every output (Polygraphy's statistics and pass rule). Exit code 0 when all pass, 1 "
         "otherwise. --layerwise also compares every layer output that survives in the engine "
-        "and names the first layer that diverges, with the ONNX nodes fused into it.")
+        "and names the first layer that diverges, with the ONNX nodes fused into it. "
+        "--device=cuda runs pydla's side on a GPU (built with --target=cuda unless "
+        "--loadEngine is given).")
     add_file_args(p, ("onnx",), "the ONNX model (the reference)")
+    add_device_flag(p)
     p.add_argument("--loadEngine", help="a loadable built from the model (else it is built "
                    "with the build flags)")
     p.add_argument("--loadInputs", help="inputs: .npz keyed by name, or name:file.bin,… "
@@ -103,7 +107,6 @@ class Tolerances:
 
 def run(args: argparse.Namespace) -> int:
     from pydla.builder import load_model
-    from pydla.engine import LoadedModule
     from pydla.engine.inputs import check_input
     from pydla.tools.cmd_run import load_inputs
     from pydla.tools.layerwise import run_ort
@@ -119,8 +122,13 @@ def run(args: argparse.Namespace) -> int:
     if args.load_inputs and args.loadInputs:
         raise FlagError("give --loadInputs (.npz or raw files) or --load-inputs (Polygraphy's "
                         "JSON), not both")
+    device = resolve_device(args)
+    if args.layerwise and device.is_cuda:
+        raise FlagError("--layerwise reads every layer's output from the CPU device's arena; "
+                        "on a GPU the module runs as one CUDA graph: compare layer by layer "
+                        "with --device=cpu")
     model = load_model(args.onnx)
-    module = LoadedModule(engine_bytes(args, args.onnx))
+    module = load_module(engine_bytes(args, args.onnx), device)
     prog = module.program
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
     shapes, dtypes = [t.shape for t in tensors], [t.dtype for t in tensors]
@@ -135,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         iterations = [load_inputs(args.loadInputs, module.input_names, shapes, dtypes,
                                   args.seed)]
     source = args.load_inputs or args.loadInputs or "seeded random"
-    _info(f"Comparing pydla ({args.loadEngine or 'built from ' + args.onnx}) with onnxruntime"
+    on = f" on {device}" if device.is_cuda else ""
+    _info(f"Comparing pydla{on} ({args.loadEngine or 'built from ' + args.onnx}) with onnxruntime"
           + (f", {len(iterations)} iterations" if len(iterations) > 1 else ""))
     failed = total = 0
     saved: dict[str, list[dict[str, np.ndarray]]] = {RUNNER: [], ORT_RUNNER: []}

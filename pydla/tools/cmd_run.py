@@ -12,6 +12,7 @@ import numpy as np
 
 from pydla.dtypes import DType, to_compute
 from pydla.engine.inputs import check_input
+from pydla.tools.device_arg import add_device_flag, load_module, resolve_device
 from pydla.tools.filearg import add_file_args, check_readable
 from pydla.tools.flags import FlagError, parse_shapes
 from pydla.tools.logs import LOG
@@ -19,8 +20,10 @@ from pydla.tools.logs import LOG
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a loadable once",
-                       description="Load a loadable and run it once on the CPU device.")
+                       description="Load a loadable and run it once on the CPU device or a "
+                       "GPU (--device).")
     add_file_args(p, ("engine",), "the loadable")
+    add_device_flag(p)
     p.add_argument("--loadInputs", help="inputs: an .npz keyed by tensor name, or "
                    "name:file.bin,… raw little-endian files (trtexec's form)")
     p.add_argument("--exportOutput", help="write the outputs to this file: .npz keyed by "
@@ -115,13 +118,11 @@ def export_outputs(path: str, names: list[str], outputs: list[np.ndarray],
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydla.engine import LoadedModule
-
     check_export_path(args.exportOutput)
-
+    device = resolve_device(args)
     with open(args.loadEngine, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    module = LoadedModule(data)
+    module = load_module(data, device)
     prog = module.program
     tensors = [prog.tensors[io.tensor] for io in prog.inputs]
     shapes, _ = parse_shapes(args.shapes)

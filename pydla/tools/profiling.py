@@ -5,7 +5,9 @@
 into the user's output buffers. On the CPU device the first and last are pydla's
 host-to-device and device-to-host transfers, so ``StagedRunner`` does the same three steps
 itself with a clock read between them (tests check it computes what ``run_buffers`` does).
-Per-layer times come from the runtime's own task-statistics recorder.
+Per-layer times come from the runtime's own task-statistics recorder. On a GPU,
+``gpu_runner.GpuRunner`` is the counterpart (CUDA events between the phases; per-layer times
+from the task statistics of the module's profiled graph, read by ``layer_times_ns``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -20,7 +23,7 @@ from pydla import formats
 from pydla.dtypes import DType, to_compute, to_storage
 from pydla.engine import LoadedModule
 from pydla.engine.inputs import check_input
-from pydla.engine.stats import Recorder
+from pydla.engine.stats import Recorder, TaskStatistics
 from pydla.errors import PydlaError
 
 
@@ -34,6 +37,9 @@ class InferenceTrace:
     compute_end_ns: int
     end_ns: int
     layer_ns: np.ndarray  # int64, one per layer
+    # Host time spent queueing the query's work, where it is measured apart (the GPU's
+    # asynchronous runs); None: derived from the layer times (enqueue_ns).
+    host_enqueue_ns: int | None = None
 
     @property
     def h2d_ns(self) -> int:
@@ -54,8 +60,32 @@ class InferenceTrace:
     @property
     def enqueue_ns(self) -> int:
         """Host time spent dispatching layers rather than inside them: the CPU runtime's
-        counterpart of trtexec's enqueue time (the launch cost that CUDA graphs remove)."""
+        counterpart of trtexec's enqueue time (the launch cost that CUDA graphs remove);
+        on the GPU, the host time spent queueing the query."""
+        if self.host_enqueue_ns is not None:
+            return self.host_enqueue_ns
         return max(self.compute_ns - int(self.layer_ns.sum()), 0)
+
+
+class Runner(Protocol):
+    """What the bench loop drives: ``StagedRunner`` (CPU) or ``GpuRunner`` (CUDA)."""
+
+    stream: int
+
+    def run(self) -> InferenceTrace: ...
+
+
+def layer_times_ns(stats: TaskStatistics, num_layers: int) -> np.ndarray:
+    """Each layer's end minus start (int64 ns) from one task's statistics; a statistics
+    record of another module, or of a task that did not run every layer, is refused."""
+    if len(stats.layers) != num_layers or stats.layers_run != num_layers:
+        raise PydlaError(f"task statistics cover {stats.layers_run} of {len(stats.layers)} "
+                         f"layers; the module has {num_layers}")
+    out = np.array([lay.end_ns - lay.start_ns for lay in stats.layers], np.int64)
+    if (out < 0).any():
+        bad = stats.layers[int(np.argmax(out < 0))]
+        raise PydlaError(f"task statistics: layer {bad.name!r} ends before it starts")
+    return out
 
 
 def _cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
