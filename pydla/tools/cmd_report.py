@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the engine's layers and fusions, per-layer times (from a profile written by "
         "pydla bench --exportProfile), activation memory over time, and precisions.")
     add_file_args(p, ("engine",), "the loadable")
-    p.add_argument("--profile", help="per-layer profile JSON (pydla bench --exportProfile)")
+    p.add_argument("--profile", help="per-layer profile JSON (pydla bench --exportProfile, "
+                   "on the CPU or with --device=cuda)")
     p.add_argument("-o", "--output", default="report.html", help="where to write the page")
     p.set_defaults(func=run)
 

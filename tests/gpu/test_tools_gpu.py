@@ -62,9 +62,10 @@ def test_bench_prints_the_summary_and_a_per_layer_gpu_profile(model_path, tmp_pa
         assert r["averageMs"] > 0 and r["timeMs"] > 0, r
     assert sum(r["percentage"] for r in rows) == pytest.approx(100.0)
     profiled, unprofiled, inside = _profiling_line(out)
-    # The layers' times add up to the profiled task's time, less its copies and stamps.
-    assert sum(r["averageMs"] for r in rows) == pytest.approx(inside, rel=0.25)
-    assert 0.2 * profiled < inside <= profiled
+    # The layers' times add up to the profiled task's time, less its copies and stamps (on a
+    # model this small, launch-bound, about 30 % of it on the H200).
+    assert sum(r["medianMs"] for r in rows) == pytest.approx(inside, rel=0.25)
+    assert 0.1 * profiled < inside <= profiled
     assert 0 < unprofiled <= profiled * 1.5
     assert "=== Profile (" in out and any(x.endswith("   Total") for x in out.splitlines())
     times = json.loads((tmp_path / "times.json").read_text())
