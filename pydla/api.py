@@ -99,9 +99,11 @@ class Stream(_Closable):
     def __int__(self) -> int:
         return self._stream.handle
 
-    def _enqueue(self, op: engine_stream.Op, inline: bool = False) -> None:
+    def _enqueue(self, op: engine_stream.Op, inline: bool = False) -> bool:
+        """Queue ``op``; returns whether it ran (inline, see engine.stream) before this
+        returned."""
         self._check_open()
-        self._stream.enqueue(op, inline)
+        return self._stream.enqueue(op, inline)
 
     def synchronize(self) -> None:
         """Wait for the queued work; raise the first failure reported on the stream."""
@@ -134,6 +136,9 @@ class _Buffers:
     inputs: list[tuple[int, np.ndarray]]
     outputs: list[tuple[int, np.ndarray]]
     plan: TaskPlan | None = None  # validated once: the buffers stay registered while kept
+    # Typed views of the buffers for linear I/O in the tensor's own type (None where the
+    # layout or type needs pydla.engine.layout's conversion): worked out once.
+    typed: tuple[list[np.ndarray | None], list[np.ndarray | None]] | None = None
 
 
 class Module(_Closable):
@@ -146,13 +151,15 @@ class Module(_Closable):
         program = self._mod.loaded.program
         self._inputs = [(program.tensors[io.tensor], io.descriptor) for io in program.inputs]
         self._outputs = [(program.tensors[io.tensor], io.descriptor) for io in program.outputs]
+        self._input_names = [t.name for t, _ in self._inputs]
+        self._sorted_names = sorted(self._input_names)
         self._free: list[_Buffers] = []
         self._all: list[_Buffers] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._inflight = 0
 
-    input_names = property(lambda self: [t.name for t, _ in self._inputs])
+    input_names = property(lambda self: list(self._input_names))
     output_names = property(lambda self: [t.name for t, _ in self._outputs])
     layer_names = property(lambda self: list(self._mod.layer_names))
 
@@ -204,9 +211,9 @@ class Module(_Closable):
 
     # -- running -----------------------------------------------------------------------
     def _arrays(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
-        names = self.input_names
+        names = self._input_names
         if isinstance(inputs, Mapping):
-            if sorted(inputs) != sorted(names):
+            if sorted(inputs) != self._sorted_names:
                 raise InvalidParamError(f"inputs {sorted(inputs)} given, the module takes "
                                         f"{names}")
             inputs = [inputs[n] for n in names]
@@ -264,8 +271,12 @@ class Module(_Closable):
     def _plan(self, arrays: list[np.ndarray], bufs: _Buffers,
               statistics: int | None = None) -> TaskPlan:
         """Pack the inputs into their buffers and validate the task, as submit_task would."""
-        for x, (_, desc), (_, view) in zip(arrays, self._inputs, bufs.inputs):
-            layout.pack(x, desc, out=view)
+        typed = self._typed(bufs)[0]
+        for x, (_, desc), (_, view), target in zip(arrays, self._inputs, bufs.inputs, typed):
+            if target is not None and x.dtype == target.dtype:  # checked: the tensor's shape
+                np.copyto(target, x)
+            else:
+                layout.pack(x, desc, out=view)
         cached = bufs.plan
         if statistics is None and cached is not None and \
                 cached.timeout_ms == self._dev.timeout_ms:
@@ -279,12 +290,48 @@ class Module(_Closable):
 
     def _outputs_of(self, bufs: _Buffers) -> list[np.ndarray]:
         return [layout.unpack(view, desc).reshape(t.shape).astype(t.dtype.np, copy=False)
-                for (t, desc), (_, view) in zip(self._outputs, bufs.outputs)]
+                if typed is None else typed.copy()
+                for (t, desc), (_, view), typed in zip(self._outputs, bufs.outputs,
+                                                       self._typed(bufs)[1])]
+
+    def _typed(self, bufs: _Buffers) -> tuple[list[np.ndarray | None], list[np.ndarray | None]]:
+        if bufs.typed is None:
+            def views(tensors: list[tuple[Any, TensorDescriptor]],
+                      held: list[tuple[int, np.ndarray]]) -> list[np.ndarray | None]:
+                return [view[:t.nbytes].view(t.dtype.np).reshape(t.shape)
+                        if layout.format_of(desc) == "chw" and layout.dtype_of(desc) is t.dtype
+                        else None for (t, desc), (_, view) in zip(tensors, held)]
+
+            bufs.typed = (views(self._inputs, bufs.inputs), views(self._outputs, bufs.outputs))
+        return bufs.typed
 
     def submit(self, inputs: Sequence[Any] | Mapping[str, Any],
                stream: Stream | None = None) -> Future[list[np.ndarray]]:
         """Queue one inference on ``stream`` (the device's default stream when None); the
         future's result is the list of outputs."""
+        result = self._submit(inputs, stream)
+        if isinstance(result, Future):
+            return result
+        future: Future[list[np.ndarray]] = Future()
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+        return future
+
+    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
+        """One inference, waited for."""
+        result = self._submit(inputs, None)
+        if isinstance(result, Future):
+            return result.result()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _submit(self, inputs: Sequence[Any] | Mapping[str, Any], stream: Stream | None
+                ) -> Future[list[np.ndarray]] | list[np.ndarray] | BaseException:
+        """Queue one inference: its outputs (or failure) when it ran before this returned
+        (a short task on an idle stream, see engine.stream), else a future of them."""
         target = stream or self._device.default_stream
         arrays = self._arrays(inputs)
         if self._other_plan(arrays):
@@ -295,29 +342,40 @@ class Module(_Closable):
         except BaseException:
             self._release(bufs)
             raise
-        future: Future[list[np.ndarray]] = Future()
+        # The outcome, or the future of it once the caller has gone back: a short task on
+        # an idle stream has run when _enqueue returns, and needs no future.
+        done: list[list[np.ndarray] | BaseException] = []
+        waiting: list[Future[list[np.ndarray]]] = []
+        lock = threading.Lock()
 
         def run() -> None:
             try:
                 self._dev.run_plan(plan)
-                outputs = self._outputs_of(bufs)
-            except BaseException as e:  # the future carries it to whoever waits
-                self._release(bufs)
-                future.set_exception(e)
+                outcome: list[np.ndarray] | BaseException = self._outputs_of(bufs)
+            except BaseException as e:  # the caller, or the future, carries it
+                outcome = e
+            self._release(bufs)
+            with lock:
+                done.append(outcome)
+                future = waiting[0] if waiting else None
+            if future is None:
+                return
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
             else:
-                self._release(bufs)
-                future.set_result(outputs)
+                future.set_result(outcome)
 
         try:
             target._enqueue(run, inline=is_short(self._mod.loaded))
         except BaseException:
             self._release(bufs)
             raise
+        with lock:
+            if done:
+                return done[0]
+            future: Future[list[np.ndarray]] = Future()
+            waiting.append(future)
         return future
-
-    def run(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
-        """One inference, waited for."""
-        return self.submit(inputs).result()
 
     def profile(self, inputs: Sequence[Any] | Mapping[str, Any]
                 ) -> tuple[list[np.ndarray], TaskStatistics]:

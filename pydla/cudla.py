@@ -9,9 +9,7 @@ is strict; ``docs/cudla.md`` lists each difference.
 
 from __future__ import annotations
 
-import contextlib
 import operator
-from collections.abc import Iterator
 from typing import Any
 
 from pydla.engine.device import DEVICE_COUNT, DEVICE_VERSION, DEVICES, MODULES, DlaDevice
@@ -102,14 +100,26 @@ def check_status(status: int) -> None:
         raise CudlaError(status)
 
 
-@contextlib.contextmanager
-def _funnel() -> Iterator[None]:
+class _Funnel:
     """Turn pydla's typed errors into CudlaError; anything else (TypeError for a non-integer
-    argument, as upstream's Cython conversions raise) passes unchanged."""
-    try:
-        yield
-    except (PydlaError, FormatError, MemoryError) as e:
-        raise CudlaError(status_of(e)) from e
+    argument, as upstream's Cython conversions raise) passes unchanged. A class, not a
+    contextlib generator: it wraps every call, and a generator costs a microsecond."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: object) -> bool:
+        if isinstance(error, (PydlaError, FormatError, MemoryError)):
+            raise CudlaError(status_of(error)) from error
+        return False
+
+
+_FUNNEL = _Funnel()
+
+
+def _funnel() -> _Funnel:
+    return _FUNNEL
 
 
 def _device(handle: Any) -> DlaDevice:

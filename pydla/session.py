@@ -156,27 +156,27 @@ class InferenceSession:
             run_options: Any = None) -> list[np.ndarray]:
         """Outputs named ``output_names`` (None: all), in the model's dtypes."""
         feeds = self._check_feeds(input_feed)
-        shapes = tuple(tuple(int(d) for d in feeds[t.name].shape) for t in self._inputs)
+        shapes = tuple(feeds[t.name].shape for t in self._inputs)  # numpy's: Python ints
         module = self._module(shapes)
-        wanted = [t.name for t in self._outputs] if not output_names else list(output_names)
-        unknown = [n for n in wanted if n not in {t.name for t in self._outputs}]
+        types = {t.name: t for t in self._outputs}
+        wanted = list(types) if not output_names else list(output_names)
+        unknown = [n for n in wanted if n not in types]
         if unknown:
             raise SessionError(f"unknown output names {unknown}; the model's outputs are "
-                               f"{[t.name for t in self._outputs]}")
+                               f"{list(types)}")
         results = module.run({t.name: _storage(feeds[t.name], t.dtype) for t in self._inputs})
         by_name = dict(zip(module.output_names, results))
-        types = {t.name: t for t in self._outputs}
         return [_logical(by_name[n], types[n].dtype) if types[n].zipmap is None
                 else _zipped(by_name[n], types[n].zipmap) for n in wanted]
 
     def _check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
         names = [t.name for t in self._inputs]
-        unknown = sorted(set(input_feed) - set(names))
-        if unknown:
-            raise SessionError(f"unknown input names {unknown}; the model's inputs are {names}")
-        missing = [n for n in names if n not in input_feed]
-        if missing:
-            raise SessionError(f"missing inputs {missing}")
+        if len(input_feed) != len(names) or not all(n in input_feed for n in names):
+            unknown = sorted(set(input_feed) - set(names))
+            if unknown:
+                raise SessionError(f"unknown input names {unknown}; the model's inputs are "
+                                   f"{names}")
+            raise SessionError(f"missing inputs {[n for n in names if n not in input_feed]}")
         feeds = {}
         for t in self._inputs:
             x = np.asarray(input_feed[t.name])
@@ -413,7 +413,7 @@ def _logical(y: np.ndarray, dtype: DType) -> np.ndarray:
 
 def _check_type(t: _Tensor, shape: Sequence[int], dtype: np.dtype) -> None:
     """A feed's exact type and shape, as onnxruntime checks them (never element count)."""
-    want = _numpy_type(t.dtype)
+    want = np.dtype(t.dtype.np) if t.dtype is not DType.BFLOAT16 else _numpy_type(t.dtype)
     if dtype != want:
         raise SessionError(f"input {t.name!r}: unexpected data type {np.dtype(dtype).name}, "
                            f"expected {_TYPE_NAMES.get(t.dtype, t.dtype.name)}")

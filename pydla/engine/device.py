@@ -76,9 +76,24 @@ class DlaDevice:
         self.registrations: dict[int, Registration] = {}
         self.module: DlaModule | None = None
         self._loaded_once = False
-        self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self._timeout_ms = DEFAULT_TIMEOUT_MS
         self.last_fault: BaseException | None = None
+        # Validated tasks by their records' contents, while nothing they depend on changed:
+        # this device's registrations, module and timeout (``_generation``) and the memory
+        # map (``MEMORY.generation``). A program submits the same few tasks each frame;
+        # validating one costs more than running a small module.
+        self._generation = 0
+        self._planned: dict[tuple[RawTask, ...], tuple[int, int, list[TaskPlan]]] = {}
         self.handle = DEVICES.add(self)
+
+    @property
+    def timeout_ms(self) -> int:
+        return self._timeout_ms
+
+    def _changed(self) -> None:
+        """Something a validated task depends on changed (the caller holds ``lock``)."""
+        self._generation += 1
+        self._planned = {}
 
     def _check_alive(self) -> None:
         if self._destroyed:
@@ -112,6 +127,7 @@ class DlaDevice:
                     raise MemoryRegisteredError(f"[{addr:#x}, {addr + size:#x}) overlaps "
                                                 f"memory registered at {r.ptr:#x}")
             self.registrations[addr] = Registration(addr, size, flags, view, region)
+            self._changed()
         return addr
 
     def unregister(self, ptr: int) -> None:
@@ -120,6 +136,7 @@ class DlaDevice:
             if self.registrations.pop(ptr, None) is None:
                 raise InvalidAddressError(f"{ptr:#x} is not registered with device "
                                           f"{self.handle:#x}")
+            self._changed()
 
     def buffer_for(self, ptr: int, desc: TensorDescriptor, role: str) -> np.ndarray:
         """The registered view a task uses for one tensor, after the strict checks."""
@@ -152,6 +169,7 @@ class DlaDevice:
                     "one module per device handle, loaded once")
             self.module = DlaModule(self, self._open_module(data), flags)
             self._loaded_once = True
+            self._changed()
             return self.module
 
     def _open_module(self, data: bytes) -> LoadedModule:
@@ -167,6 +185,7 @@ class DlaDevice:
             if self.module is not module:
                 raise InvalidDeviceError(f"module handle {module.handle:#x} is not loaded")
             self.module = None
+            self._changed()
             MODULES.remove(module.handle)
 
     # -- tasks -------------------------------------------------------------------------
@@ -177,7 +196,7 @@ class DlaDevice:
         if flags & DIAGNOSTICS_TASK:
             raise UnsupportedOperationError("diagnostics tasks need NVIDIA's fault-diagnostics "
                                             "loadable, which the CPU device does not have")
-        plans = [plan_task(self, raw) for raw in raws]
+        plans = self._plans(raws)
         queue = get_stream(stream)  # an unknown stream fails before anything is queued
         if flags & NOOP:
             return
@@ -207,6 +226,20 @@ class DlaDevice:
             self._done()
             raise
 
+    def _plans(self, raws: Sequence[RawTask]) -> list[TaskPlan]:
+        key = tuple(raws)
+        generation, memory = self._generation, MEMORY.generation
+        hit = self._planned.get(key)
+        if hit is not None and hit[0] == generation and hit[1] == memory:
+            return hit[2]
+        plans = [plan_task(self, raw) for raw in raws]
+        with self.lock:
+            if self._generation == generation:  # else a change raced the validation
+                if len(self._planned) >= 16:
+                    self._planned = {}
+                self._planned[key] = (generation, memory, plans)
+        return plans
+
     def _done(self) -> None:
         with self.lock:
             self._inflight -= 1
@@ -224,7 +257,9 @@ class DlaDevice:
         self._check_alive()
         if not 0 < ms <= MAX_TIMEOUT_MS:
             raise InvalidParamError(f"the task timeout must be 1 … {MAX_TIMEOUT_MS} ms, not {ms}")
-        self.timeout_ms = ms
+        with self.lock:
+            self._timeout_ms = ms
+            self._changed()
 
     def destroy(self) -> None:
         with self.lock:
@@ -234,6 +269,7 @@ class DlaDevice:
                 self._idle.wait()
             module, self.module = self.module, None
             self.registrations.clear()
+            self._changed()
         if module is not None:
             MODULES.remove(module.handle)
         DEVICES.remove(self.handle)

@@ -77,7 +77,7 @@ def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:
     addr = address(x)
     if addr is not None:
         region = MEMORY.find(addr, count, TENSOR_KINDS)
-        return MEMORY.view(addr, count, TENSOR_KINDS), region.kind == DEVICE
+        return MEMORY.region_view(region, addr, count), region.kind == DEVICE
     data = as_bytes(x, writable)
     if data.size < count:
         raise InvalidParamError(f"a {type(x).__name__} of {data.size} bytes cannot take part "

@@ -16,6 +16,7 @@ address is an ``InvalidAddressError``, never a segfault. Regions are
 from __future__ import annotations
 
 import bisect
+import ctypes
 import math
 import os
 import resource
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 DEVICE_ALIGNMENT = 64  # cudaMalloc promises at least 256 on GPUs; 64 covers every DLA rule
 DEVICE, HOST, RECORD = "device", "host", "record"
 TENSOR_KINDS = (DEVICE, HOST)
+_FOUND_MAX = 256  # lookups remembered between changes of the map
 
 
 def as_bytes(obj: Any, writable: bool = False) -> np.ndarray:
@@ -59,6 +61,7 @@ class Region:
     # Objects that memory inside this region points to (pointer arrays of records): they
     # must live exactly as long as the region, whatever wrapper object set them.
     keep: dict[int, Any] = field(default_factory=dict)
+    _flat: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def end(self) -> int:
@@ -66,6 +69,15 @@ class Region:
 
     def buffer(self) -> Any:
         return self.strong if self.owner is None else self.owner()
+
+    def flat(self) -> np.ndarray:
+        """The region's bytes as a flat uint8 array (kept for memory the map owns; a
+        caller's buffer is viewed afresh, as a kept view would keep it alive)."""
+        if self.owner is None:
+            if self._flat is None:
+                self._flat = as_bytes(self.strong)
+            return self._flat
+        return as_bytes(self.owner())
 
 
 class MemoryMap:
@@ -76,6 +88,12 @@ class MemoryMap:
         self._regions: dict[int, Region] = {}
         self._starts: list[tuple[int, int]] = []  # sorted (start, id(region))
         self._max_size = 0
+        # Bumped whenever a region comes or goes: what a caller derived from lookups (a
+        # validated task, a found region) holds while it is unchanged.
+        self.generation = 0
+        # (addr, size, kinds) → region, for the same few buffers a program looks up on
+        # every copy and task; emptied with every change of the map.
+        self._found: dict[tuple[int, int, tuple[str, ...]], Region] = {}
 
     # -- adding and removing ---------------------------------------------------------
     def _insert(self, region: Region) -> None:
@@ -83,6 +101,7 @@ class MemoryMap:
             self._regions[id(region)] = region
             bisect.insort(self._starts, (region.start, id(region)))
             self._max_size = max(self._max_size, region.size)
+            self._changed()
 
     def _drop(self, rid: int) -> Region | None:
         with self._lock:
@@ -90,7 +109,13 @@ class MemoryMap:
             if region is not None:
                 i = bisect.bisect_left(self._starts, (region.start, rid))
                 del self._starts[i]
+                self._changed()
         return region
+
+    def _changed(self) -> None:
+        """The caller holds ``_lock``."""
+        self.generation += 1
+        self._found = {}
 
     def allocate(self, size: int) -> int:
         """Zero-filled, DEVICE_ALIGNMENT-aligned memory owned by the map; returns its address."""
@@ -153,6 +178,10 @@ class MemoryMap:
 
     def find(self, addr: int, size: int, kinds: Collection[str] = TENSOR_KINDS) -> Region:
         """The live region of one of ``kinds`` that holds all of [addr, addr + size)."""
+        key = (addr, size, tuple(kinds))
+        found = self._found.get(key)
+        if found is not None and found.buffer() is not None:
+            return found
         if size <= 0:
             raise InvalidAddressError(f"an access of {size} bytes at {addr:#x} is empty")
         with self._lock:
@@ -161,6 +190,8 @@ class MemoryMap:
                 region = self._regions[self._starts[i][1]]
                 if (region.kind in kinds and addr + size <= region.end
                         and region.buffer() is not None):
+                    if len(self._found) < _FOUND_MAX:
+                        self._found[key] = region
                     return region
                 i -= 1
         raise InvalidAddressError(f"[{addr:#x}, {addr + size:#x}) is not {_describe(kinds)} "
@@ -172,10 +203,25 @@ class MemoryMap:
 
     def view(self, addr: int, size: int, kinds: Collection[str] = TENSOR_KINDS) -> np.ndarray:
         """A uint8 view of [addr, addr + size) after validating the range."""
-        region = self.find(addr, size, kinds)
-        data = as_bytes(region.buffer())
+        return self.region_view(self.find(addr, size, kinds), addr, size)
+
+    @staticmethod
+    def region_view(region: Region, addr: int, size: int) -> np.ndarray:
+        """A uint8 view of [addr, addr + size) inside ``region`` (found by ``find``)."""
         off = addr - region.start
-        return data[off:off + size]
+        return region.flat()[off:off + size]
+
+    def read(self, addr: int, size: int, kinds: tuple[str, ...]) -> bytes:
+        """A copy of [addr, addr + size) after validating the range (cheaper than a view
+        for the few bytes of a record)."""
+        region = self._found.get((addr, size, kinds))  # kinds: one of the tuple constants
+        owner = None if region is None else region.buffer()
+        if owner is None:
+            region = self.find(addr, size, kinds)
+            owner = region.buffer()  # held: the memory stays valid while it is read
+        if owner is None:
+            raise InvalidAddressError(f"[{addr:#x}, {addr + size:#x}) was released")
+        return ctypes.string_at(addr, size)
 
 
 def _root(obj: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,11 @@ class LoadedModule:
         self._main_shapes = [self._tensor(io).shape for io in self.program.inputs]
         self._plans: dict[int, tuple[Program, Any]] = {}
         self._plans_lock = threading.Lock()
+        # read at every run: worked out once
+        self._input_names = [self._tensor(io).name for io in self.program.inputs]
+        self._output_names = [self._tensor(io).name for io in self.program.outputs]
+        self._input_types = [(t.name, t.shape, t.dtype) for t in map(self._tensor,
+                                                                      self.program.inputs)]
 
     def _tensor(self, io: IOTensor):  # noqa: ANN202
         return self.program.tensors[io.tensor]
@@ -64,23 +69,24 @@ class LoadedModule:
 
     @property
     def input_names(self) -> list[str]:
-        return [self._tensor(io).name for io in self.program.inputs]
+        return list(self._input_names)
 
     @property
     def output_names(self) -> list[str]:
-        return [self._tensor(io).name for io in self.program.outputs]
+        return list(self._output_names)
 
     # -- logical arrays --------------------------------------------------------------
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run with logical arrays (in the tensors' own types); returns fresh arrays."""
         if isinstance(inputs, Mapping):
-            missing = [n for n in self.input_names if n not in inputs]
-            if missing:
-                raise IOError_(f"missing inputs {missing}")
-            extra = sorted(set(inputs) - set(self.input_names))
-            if extra:
-                raise IOError_(f"unknown inputs {extra}; the module takes {self.input_names}")
-            inputs = [inputs[n] for n in self.input_names]
+            names = self._input_names
+            if len(inputs) != len(names) or not all(n in inputs for n in names):
+                missing = [n for n in names if n not in inputs]
+                if missing:
+                    raise IOError_(f"missing inputs {missing}")
+                raise IOError_(f"unknown inputs {sorted(set(inputs) - set(names))}; the "
+                               f"module takes {names}")
+            inputs = [inputs[n] for n in names]
         if len(inputs) != len(self.program.inputs):
             raise IOError_(f"{len(inputs)} inputs given, the module takes "
                            f"{len(self.program.inputs)}")
@@ -88,10 +94,8 @@ class LoadedModule:
             shapes = [np.shape(x) for x in inputs]
             if shapes != self._main_shapes:
                 return self._run_profile(inputs, shapes)
-        arrays = []
-        for io, x in zip(self.program.inputs, inputs):
-            t = self._tensor(io)
-            arrays.append(check_input(t.name, x, t.shape, t.dtype, IOError_))
+        arrays = [check_input(name, x, shape, dtype, IOError_)
+                  for (name, shape, dtype), x in zip(self._input_types, inputs)]
         # The backend copies (and converts) the inputs into its own buffers and the outputs
         # into fresh arrays: one copy each way.
         outputs = [np.empty_like(a) for a in self._out_arrays]
@@ -134,6 +138,27 @@ class LoadedModule:
                     on_layer: LayerHook | None = None) -> None:
         """``inputs``/``outputs`` are uint8 buffers of at least each descriptor's size_;
         ``on_layer`` is the backend's per-layer hook (timing, timeouts)."""
+        self.buffer_runner(inputs, outputs)(on_layer)
+
+    def buffer_runner(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+                      ) -> Callable[[LayerHook | None], None]:
+        """``run_buffers`` bound to these buffers (a task's, run again and again). Linear
+        I/O in the tensors' own types is handed to the backend as views of the buffers:
+        no conversion, one copy each way, and nothing worked out per run."""
+        views: list[list[np.ndarray]] = [[], []]
+        for side, ios, bufs in ((0, self.program.inputs, inputs),
+                                (1, self.program.outputs, outputs)):
+            for io, buf in zip(ios, bufs):
+                t = self._tensor(io)
+                if io.format != "chw" or io.dtype is not t.dtype:
+                    return lambda on_layer: self._convert_and_run(inputs, outputs, on_layer)
+                views[side].append(formats.unpack(buf[:io.descriptor.size], io.format,
+                                                  t.shape, io.dtype))
+        execute, ins, outs = self.bound.execute, views[0], views[1]
+        return lambda on_layer: execute(ins, outs, on_layer)
+
+    def _convert_and_run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+                         on_layer: LayerHook | None) -> None:
         for io, buf, dst in zip(self.program.inputs, inputs, self._in_arrays):
             t = self._tensor(io)
             src = formats.unpack(buf[:io.descriptor.size], io.format, t.shape, io.dtype)

@@ -49,6 +49,7 @@ class Stream:
         self._work = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
         self._pending = 0
+        self._waiting = 0  # threads in synchronize()/wait_idle(): the only ones to wake
         self._error: BaseException | None = None
         self._closed = False
         self._inline = False  # the caller's thread is running work of this stream
@@ -81,7 +82,7 @@ class Stream:
                 self._pending -= 1
                 if self._ops:  # queued behind the inline work meanwhile
                     self._work.notify()
-                if not self._pending:
+                if not self._pending and self._waiting:
                     self._idle.notify_all()
         return True
 
@@ -113,7 +114,7 @@ class Stream:
             finally:
                 with self._lock:
                     self._pending -= 1
-                    if not self._pending:
+                    if not self._pending and self._waiting:
                         self._idle.notify_all()
                     retire = self._closed and not self._pending and self._error is None
                 if retire:
@@ -123,15 +124,24 @@ class Stream:
         """Wait for all queued work; return (and forget) the first failure since the last
         synchronize, if any."""
         with self._lock:
-            while self._pending:
-                self._idle.wait()
+            self._drain()
             error, self._error = self._error, None
         return error
 
     def wait_idle(self) -> None:
         with self._lock:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Wait until no work is pending (the caller holds ``_lock``)."""
+        if not self._pending:
+            return
+        self._waiting += 1
+        try:
             while self._pending:
                 self._idle.wait()
+        finally:
+            self._waiting -= 1
 
     def query(self) -> bool:
         with self._lock:

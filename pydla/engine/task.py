@@ -13,9 +13,12 @@ its outputs are then undefined.
 from __future__ import annotations
 
 import ctypes
+import functools
+import struct
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -26,14 +29,15 @@ from pydla.engine.records import ALL_KINDS, Task
 from pydla.engine.status import status_of
 
 if TYPE_CHECKING:
+    from pydla.backends.base import LayerHook
     from pydla.engine.device import DlaDevice, DlaModule
 
 MAX_TASKS = 0xFFFFFFFF  # num_tasks is a uint32_t
 
 
-@dataclass(frozen=True)
-class RawTask:
-    """The fields of one ``Task`` record, with its pointer lists read out."""
+class RawTask(NamedTuple):
+    """The fields of one ``Task`` record, with its pointer lists read out (a tuple: it
+    keys the device's cache of validated tasks, and hashes in C)."""
 
     module_handle: int
     inputs: tuple[int, ...]
@@ -42,7 +46,7 @@ class RawTask:
     signal_events: int
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class TaskPlan:
     """A validated task: uint8 views of its registered buffers, cut to descriptor sizes."""
 
@@ -51,6 +55,11 @@ class TaskPlan:
     outputs: tuple[np.ndarray, ...]
     statistics: tuple[np.ndarray, ...]
     timeout_ms: int
+    # The module's run over these buffers, views worked out once (set by the first run).
+    runner: Callable[[LayerHook | None], None] | None = field(default=None, repr=False)
+
+
+_RECORD = ctypes.sizeof(Task)
 
 
 def _pointers(ptr: int, count: int, what: str) -> tuple[int, ...]:
@@ -58,7 +67,16 @@ def _pointers(ptr: int, count: int, what: str) -> tuple[int, ...]:
         return ()
     if ptr == 0:
         raise InvalidAddressError(f"the {what} tensor list is NULL but its count is {count}")
-    return tuple(int(p) for p in MEMORY.view(ptr, 8 * count, ALL_KINDS).view(np.uint64))
+    return struct.unpack(f"={count}Q", MEMORY.read(ptr, 8 * count, ALL_KINDS))
+
+
+@functools.lru_cache(maxsize=64)
+def _fields(record: bytes) -> tuple[int, int, int, int, int, int, int]:
+    """A Task record's fields (a pure function of its bytes: a program submits the same
+    few records again and again)."""
+    rec = Task.from_buffer_copy(record)
+    return (rec._moduleHandle, rec._inputTensor, rec._numInputTensors, rec._outputTensor,
+            rec._numOutputTensors, rec._waitEvents, rec._signalEvents)
 
 
 def read_tasks(ptr: int, count: int) -> list[RawTask]:
@@ -67,15 +85,13 @@ def read_tasks(ptr: int, count: int) -> list[RawTask]:
         raise InvalidParamError("ptr_to_tasks is NULL")
     if not 0 < count <= MAX_TASKS:
         raise InvalidParamError(f"num_tasks must be 1 … {MAX_TASKS}, not {count}")
-    size = ctypes.sizeof(Task)
-    data = MEMORY.view(ptr, size * count, ALL_KINDS)
+    data = MEMORY.read(ptr, _RECORD * count, ALL_KINDS)
     tasks = []
     for i in range(count):
-        rec = Task.from_buffer_copy(data[i * size:(i + 1) * size])
-        tasks.append(RawTask(rec._moduleHandle, _pointers(rec._inputTensor, rec._numInputTensors,
-                                                          "input"),
-                             _pointers(rec._outputTensor, rec._numOutputTensors, "output"),
-                             rec._waitEvents, rec._signalEvents))
+        module, ins, n_in, outs, n_out, wait, signal = _fields(
+            data[i * _RECORD:(i + 1) * _RECORD])
+        tasks.append(RawTask(module, _pointers(ins, n_in, "input"),
+                             _pointers(outs, n_out, "output"), wait, signal))
     return tasks
 
 
@@ -121,7 +137,10 @@ def execute(plan: TaskPlan) -> None:
 
         error: BaseException | None = None
         try:
-            module.loaded.run_buffers(plan.inputs, plan.outputs, on_layer=on_layer)
+            run = plan.runner
+            if run is None:
+                run = plan.runner = module.loaded.buffer_runner(plan.inputs, plan.outputs)
+            run(on_layer)
         except BaseException as e:
             error = e
             raise

@@ -233,7 +233,7 @@ class CpuProgram:
         # numba's count is per calling thread and global to it: set at every run, as a
         # program bound later with another count (or run from another thread) changes it.
         count = self.governor.begin()
-        if numba.get_num_threads() != count:
+        if threads.current_count() != count:
             numba.set_num_threads(count)
         index = 0
         clock = time.perf_counter_ns

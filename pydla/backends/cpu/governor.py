@@ -37,10 +37,9 @@ on exactly those.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 POLICY_VAR = "PYDLA_THREAD_POLICY"
 POLICIES = ("adaptive", "fixed")
@@ -68,6 +67,14 @@ def policy() -> str:
     return raw
 
 
+def _median(values: Collection[int]) -> float:
+    """statistics.median without its overhead: it runs after every run of a program
+    whose whole run may take microseconds."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+
+
 def candidates(threads: int) -> list[int]:
     """The thread counts a program of ``threads`` parts may run with, largest first:
     halving down to 1 (2 → [2, 1]; 8 → [8, 4, 2, 1])."""
@@ -88,6 +95,7 @@ class Governor:
         # ns, runs at counts[current]: steady runs (False) and settling runs (True) apart
         self.windows = {False: deque(maxlen=WINDOW), True: deque(maxlen=WINDOW)}
         self.kinds: deque[bool] = deque(maxlen=HISTORY)  # recent runs: settling or not
+        self._settling_runs = 0  # how many of ``kinds`` are settling runs
         self.interval = MIN_INTERVAL
         self.until_probe = MIN_INTERVAL
         self.probe: int | None = None  # index being probed
@@ -110,7 +118,7 @@ class Governor:
 
     def _judged(self) -> bool:
         """The kind of run decisions use: the kind most recent runs were (steady on a tie)."""
-        return 2 * sum(self.kinds) > len(self.kinds)
+        return 2 * self._settling_runs > len(self.kinds)
 
     @property
     def threads(self) -> int:
@@ -118,8 +126,14 @@ class Governor:
         return self.counts[self.current]
 
     def typical_ns(self) -> int | None:
-        """The median of the recent runs at the current count (None before three runs)."""
-        return int(statistics.median(self.times)) if len(self.times) >= 3 else None
+        """The median of the recent runs at the current count (None before three runs):
+        of the kind judged now, else of the other kind — a program run again after a gap
+        has settling runs to judge only after three of them, and is no slower meanwhile."""
+        judged = self._judged()
+        for window in (self.windows[judged], self.windows[not judged]):
+            if len(window) >= 3:
+                return int(_median(window))
+        return None
 
     def describe(self) -> str:
         """The runs by thread count, for a benchmark's report: "2 threads (adaptive: 1 in 3 %
@@ -155,7 +169,10 @@ class Governor:
         """The run started by ``begin`` took ``elapsed_ns``."""
         self._last_end = self._started + elapsed_ns
         kind = self._settling
+        if len(self.kinds) == HISTORY:
+            self._settling_runs -= self.kinds[0]
         self.kinds.append(kind)
+        self._settling_runs += kind
         if self.probe is not None and self._running == self.probe:
             self.probe_tries += 1
             if kind == self._judged():
@@ -167,7 +184,7 @@ class Governor:
                 self.until_probe = self.interval
             return
         window = self.windows[kind]
-        usual = statistics.median(window) if len(window) >= 3 else None
+        usual = _median(window) if len(window) >= 3 else None
         window.append(elapsed_ns)
         if kind != self._judged():
             return
@@ -185,8 +202,8 @@ class Governor:
 
     def _decide(self) -> None:
         assert self.probe is not None
-        probed = statistics.median(self.probe_times)
-        usual = statistics.median(self.times) if self.times else float("inf")
+        probed = _median(self.probe_times)
+        usual = _median(self.times) if self.times else float("inf")
         if probed < (1.0 - HYSTERESIS) * usual:
             went_down = self.probe > self.current
             self.current = self.probe

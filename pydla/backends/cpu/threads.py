@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 import numba
 
@@ -115,6 +116,22 @@ def configure() -> int:
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     return n
+
+
+_raw_count: Callable[[], int] | None = None
+
+
+def current_count() -> int:
+    """numba's thread count for the calling thread. numba.get_num_threads checks that the
+    pool is launched, then makes one ctypes call: 1.4 µs against 0.15 for the call alone,
+    and a program reads the count at every run."""
+    global _raw_count
+    if _raw_count is None:
+        numba.get_num_threads()  # launches the pool, which defines the call
+        from numba.np.ufunc import parallel  # noqa: PLC0415
+
+        _raw_count = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
+    return _raw_count()
 
 
 def release_blas() -> None:

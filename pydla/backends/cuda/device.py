@@ -148,6 +148,8 @@ class CudaDlaDevice(DlaDevice):
         if flags & DIAGNOSTICS_TASK:
             raise UnsupportedOperationError("diagnostics tasks need NVIDIA's fault-diagnostics "
                                             "loadable, which pydla does not have")
+        # Validated afresh at every submission, not cached as the CPU device does: a
+        # registered allocation can be freed by its owner (CuPy, PyTorch) unseen by pydla.
         plans = [plan_task(self, raw) for raw in raws]
         if flags & NOOP:
             return
