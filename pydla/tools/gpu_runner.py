@@ -27,6 +27,7 @@ from pydla.engine import LoadedModule
 from pydla.engine.inputs import check_input
 from pydla.engine.stats import TaskStatistics, decode_task_statistics
 from pydla.errors import DeviceError, PydlaError
+from pydla.loadable import TensorInfo
 from pydla.tools.profiling import InferenceTrace, layer_times_ns
 
 _NS_PER_MS = 1_000_000
@@ -60,7 +61,7 @@ class GpuRunner:
         self.last_statistics: TaskStatistics | None = None
 
     @staticmethod
-    def _buffers(t) -> tuple:  # noqa: ANN001  (a loadable TensorInfo)
+    def _buffers(t: TensorInfo) -> tuple[TensorInfo, np.ndarray, cp.ndarray]:
         """(tensor, pinned host array in the tensor's storage type, device buffer)."""
         nbytes = max(int(t.nbytes), 1)
         pinned = cp.cuda.alloc_pinned_memory(nbytes)
