@@ -168,7 +168,7 @@ def bind_qconv2d(x: np.ndarray, w: PackedWeights, rq: Requant, strides: Sequence
 
     flip, corr = _zero_point(x, rq, w)
     if depthwise.applies(w.group, w.n, x.shape[1], strides, dilations):
-        return depthwise.bind(x, w.original, w.path, w.kernel, pads, dilations, flip,
+        return depthwise.bind(x, w.original, w.path, w.kernel, strides, pads, dilations, flip,
                               rq.a_zero_point + flip, corr, _padded(rq.scale), out,
                               _kinds(out, residual), _q(rq), residual,
                               (rq.residual_zero_point, rq.residual_scale))
