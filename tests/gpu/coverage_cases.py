@@ -210,7 +210,8 @@ def _conv3d_flat() -> tuple[onnx.ModelProto, Feeds]:
 EXACT_CASES: dict[str, Case] = {**{f"topk_{t}": _topk(t) for t in _TOPK_TYPES},
                                 "quantize": _quantize, "dynamic_quantize": _dynamic_quantize}
 # float32 recurrences and direct convolutions summed in another order than the CPU
-# backend's: 1e-5 relative; 2-D candidates of flat 3-D convolutions (cuDNN may use TF32): 1e-2
+# backend's: 1e-5 relative; cuDNN convolutions (TF32: the GRU model's, the 2-D candidates of
+# flat 3-D convolutions): 1e-2 (the H200 measured 4.2e-5 for the GRU model)
 TOLERANT_CASES: dict[str, tuple[Case, float]] = {
-    **{name: (case, 1e-5) for name, case in GRU_CASES.items()},
+    **{name: (case, 1e-5) for name, case in GRU_CASES.items()}, "gru_model": (_gru_model, 1e-2),
     "conv3d": (_conv3d, 1e-5), "conv3d_flat": (_conv3d_flat, 1e-2)}

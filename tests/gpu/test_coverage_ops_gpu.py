@@ -1,8 +1,7 @@
 """The CUDA kernels issue 26's coverage work added (GRU, TopK, the quantize family, 3-D
-convolutions) on the
-GPU against the CPU backend: ``coverage_cases.EXACT_CASES`` bit for bit,
-``TOLERANT_CASES`` within their bound at fp32, and the GRU cases again at fp16 (cosine ≥
-0.999: the recurrence computes in float32 whatever the tensors' type)."""
+convolutions) on the GPU against the CPU backend: ``coverage_cases.EXACT_CASES`` bit for
+bit, ``TOLERANT_CASES`` within their bound at fp32, and the GRU cases again at fp16 (cosine
+≥ 0.999: the recurrence computes in float32 whatever the tensors' type)."""
 
 from __future__ import annotations
 
