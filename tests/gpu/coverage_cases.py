@@ -207,8 +207,64 @@ def _conv3d_flat() -> tuple[onnx.ModelProto, Feeds]:
     return n.model([a, b]), {"x": _rng(9).standard_normal((1, 3, 1, 9, 10)).astype(np.float32)}
 
 
+def _qgemm() -> tuple[onnx.ModelProto, Feeds]:
+    """The int8 products: QLinearMatMul (batched, per-column weight scale and zero point,
+    uint8 out), MatMulInteger (per-row activation zero point, int32 out), and onnxruntime's
+    dynamic pattern (DynamicQuantizeLinear → MatMulInteger → Cast → Mul by both scales: a
+    QGemm whose x_scale is computed at run time)."""
+    n = Net("qgemm")
+    a = n.input("a", (2, 5, 8), TensorProto.UINT8)
+    a2 = n.input("a2", (5, 8), TensorProto.UINT8)
+    x = n.input("x", (4, 8))
+    r = _rng(23)
+    w8 = n.const(r.integers(-128, 128, (8, 6)).astype(np.int8))
+    y = n.op("QLinearMatMul", [a, n.const(np.float32(0.05)), n.const(np.uint8(120)), w8,
+                               n.const((0.01 + r.random(6) * 0.02).astype(np.float32)),
+                               n.const(np.zeros(6, np.int8)), n.const(np.float32(0.3)),
+                               n.const(np.uint8(100))])
+    acc = n.op("MatMulInteger", [a2, n.const(r.integers(0, 256, (8, 6)).astype(np.uint8)),
+                                 n.const(r.integers(0, 256, 5).astype(np.uint8)),
+                                 n.const(r.integers(0, 256, 6).astype(np.uint8))])
+    q, q_scale, q_zp = n.op("DynamicQuantizeLinear", [x], n_out=3)
+    w_scale = n.const(np.float32(0.02))
+    dyn = n.op("MatMulInteger", [q, n.const(r.integers(-128, 128, (8, 6)).astype(np.int8)),
+                                 q_zp])
+    real = n.op("Mul", [n.op("Cast", [dyn], to=TensorProto.FLOAT),
+                        n.op("Mul", [q_scale, w_scale])])
+    return n.model([y, acc, real], opset=21), {
+        "a": r.integers(0, 256, (2, 5, 8)).astype(np.uint8),
+        "a2": r.integers(0, 256, (5, 8)).astype(np.uint8),
+        "x": r.standard_normal((4, 8)).astype(np.float32)}
+
+
+def _ms_qgemm() -> tuple[onnx.ModelProto, Feeds]:
+    """com.microsoft QGemm: transposed constant B, int32 bias, float output (no y_scale),
+    and a second one requantized to int8."""
+    r = _rng(24)
+    inits = [onnx.numpy_helper.from_array(v, name) for name, v in (
+        ("a_s", np.float32(0.04)), ("a_z", np.uint8(130)),
+        ("b", r.integers(-128, 128, (6, 8)).astype(np.int8)),
+        ("b_s", np.float32(0.03)), ("b_z", np.int8(0)),
+        ("c", r.integers(-500, 500, 6).astype(np.int32)),
+        ("y_s", np.float32(0.2)), ("y_z", np.int8(-3)))]
+    ms = "com.microsoft"
+    nodes = [onnx.helper.make_node("QGemm", ["a", "a_s", "a_z", "b", "b_s", "b_z", "c"],
+                                   ["f"], domain=ms, transB=1),
+             onnx.helper.make_node("QGemm", ["a", "a_s", "a_z", "b", "b_s", "b_z", "c", "y_s",
+                                             "y_z"], ["q"], domain=ms, transB=1)]
+    graph = onnx.helper.make_graph(
+        nodes, "ms_qgemm", [onnx.helper.make_tensor_value_info("a", TensorProto.UINT8, [5, 8])],
+        [onnx.helper.make_tensor_value_info("f", TensorProto.FLOAT, [5, 6]),
+         onnx.helper.make_tensor_value_info("q", TensorProto.INT8, [5, 6])], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid(ms, 1)])
+    model.ir_version = 8
+    return model, {"a": r.integers(0, 256, (5, 8)).astype(np.uint8)}
+
+
 EXACT_CASES: dict[str, Case] = {**{f"topk_{t}": _topk(t) for t in _TOPK_TYPES},
-                                "quantize": _quantize, "dynamic_quantize": _dynamic_quantize}
+                                "quantize": _quantize, "dynamic_quantize": _dynamic_quantize,
+                                "qgemm": _qgemm, "ms_qgemm": _ms_qgemm}
 # float32 recurrences and direct convolutions summed in another order than the CPU
 # backend's: 1e-5 relative; cuDNN convolutions (TF32: the GRU model's, the 2-D candidates of
 # flat 3-D convolutions): 1e-2 (the H200 measured 4.2e-5 for the GRU model)

@@ -64,7 +64,7 @@ def test_topk_runs_on_float_and_integer_tensors() -> None:
     assert all(by_name[n].supported for n in ("topk_float", "topk_int64")), by_name
 
 
-def test_quantize_family_runs_on_integer_tensors() -> None:
+def test_quantize_family_and_integer_products_run() -> None:
     scale = numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32), "scale")
     zp = numpy_helper.from_array(np.array([1, 2, 3], np.int8), "zp")
     nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], name="quantize",
@@ -73,8 +73,13 @@ def test_quantize_family_runs_on_integer_tensors() -> None:
                               name="dequantize", axis=1),
              helper.make_node("DynamicQuantizeLinear", ["d"], ["u", "s", "z"],
                               name="dynamic")]
+    w = numpy_helper.from_array(np.ones((16, 5), np.int8), "w")
+    nodes.append(helper.make_node("Reshape", ["u", "shape"], ["u2"], name="flat"))
+    nodes.append(helper.make_node("MatMulInteger", ["u2", "w", "z"], ["acc"], name="qgemm"))
+    shape = numpy_helper.from_array(np.array([6, 16], np.int64), "shape")
     by_name = _verdicts(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                               [2, 3, 4, 4])],
-                        ["u", "s", "z"], [scale, zp])
-    for name in ("quantize", "dequantize", "dynamic"):
+                        ["s", "acc"], [scale, zp, w, shape])
+    assert {"QGemm", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"} <= CUDA_OPS
+    for name in ("quantize", "dequantize", "dynamic", "qgemm"):
         assert by_name[name].supported, (name, by_name[name].refusal)

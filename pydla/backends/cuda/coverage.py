@@ -58,8 +58,8 @@ CUDA_OPS = frozenset({
     # reduce.py
     "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
-    # quantize.py
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+    # quantize.py, qgemm.py
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QGemm",
     # resize.py, shape.py, softmax.py, topk.py
     "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax", "TopK",
 })
@@ -74,7 +74,7 @@ _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpos
                          "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
                          "ScatterElements", "ScatterND", "ReverseSequence", "TopK",
                          "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-                         "Pointwise"}  # a program's steps are checked one by one
+                         "QGemm", "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
     # integer or quantized tensors
@@ -85,7 +85,6 @@ CPU_ONLY: dict[str, str] = {
     "SoftmaxCrossEntropyLoss": "no kernel yet (int64 labels)",
     "ConstantOfShape": "no kernel yet (folded at build when its shape input is constant)",
     "QConv": "int8 convolution: no kernel yet (issue 26 item 3: cuDNN int8)",
-    "QGemm": "int8 GEMM: no kernel yet (issue 26 item 3: cuBLASLt int8)",
     "QLinearSoftmax": "no kernel yet (int8/uint8 tensors)",
     # float ops without a kernel yet
     **{op: "no kernel yet" for op in (

@@ -11,6 +11,7 @@ from pydla.backends.cuda.kernels import (
     pad,
     pointwise,
     pooling,
+    qgemm,
     quantize,
     rearrange,
     recurrent,
@@ -23,5 +24,5 @@ from pydla.backends.cuda.kernels import (
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
-           "pad", "pointwise", "pooling", "quantize", "rearrange", "recurrent", "recurrent_gru",
-           "reduce", "resize", "shape", "softmax", "topk"]
+           "pad", "pointwise", "pooling", "qgemm", "quantize", "rearrange", "recurrent",
+           "recurrent_gru", "reduce", "resize", "shape", "softmax", "topk"]
