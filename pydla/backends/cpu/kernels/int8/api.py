@@ -45,6 +45,9 @@ class Requant:
     out_dtype: np.dtype
     residual_zero_point: int = 0
     residual_scale: float = 1.0
+    # float32 out only: quantize as for uint8/int8 (lo/hi the quantized clamp), then store
+    # (q - y_zero_point) · dequantize_scale — a Q→DQ pair fused (requant.py's "dequantized")
+    dequantize_scale: float | None = None
 
 
 def pack_weights(w: np.ndarray, group: int = 1, name: str = "int8") -> PackedWeights:
@@ -87,7 +90,7 @@ def _check_requant(rq: Requant, n: int, out: np.ndarray, name: str, op: str) -> 
         if not info.min <= rq.lo <= rq.hi <= info.max:
             raise KernelError(name, op, f"clamp [{rq.lo}, {rq.hi}] is not within {out.dtype}'s "
                               f"range")
-    elif out.dtype == np.float32 and rq.y_zero_point != 0:
+    elif out.dtype == np.float32 and rq.y_zero_point != 0 and rq.dequantize_scale is None:
         raise KernelError(name, op, "a float32 output has no zero point (y_zero_point must "
                           "be 0)")
 
@@ -130,8 +133,8 @@ def bind_qgemm(a: np.ndarray, w: PackedWeights, rq: Requant, out: np.ndarray,
 
     flip, corr = _zero_point(a, rq, w)
     return gemm.bind(a, w.data, w.path, flip, corr, _padded(rq.scale), out,
-                     _kinds(out, residual), _q(rq),
-                     residual, (rq.residual_zero_point, rq.residual_scale))
+                     _kinds(out, residual, rq), _q(rq),
+                     residual, _r_q(rq))
 
 
 def conv_out_size(size: int, k: int, stride: int, dilation: int, before: int, after: int) -> int:
@@ -170,12 +173,12 @@ def bind_qconv2d(x: np.ndarray, w: PackedWeights, rq: Requant, strides: Sequence
     if depthwise.applies(w.group, w.n, x.shape[1], strides, dilations):
         return depthwise.bind(x, w.original, w.path, w.kernel, strides, pads, dilations, flip,
                               rq.a_zero_point + flip, corr, _padded(rq.scale), out,
-                              _kinds(out, residual), _q(rq), residual,
-                              (rq.residual_zero_point, rq.residual_scale))
+                              _kinds(out, residual, rq), _q(rq), residual,
+                              _r_q(rq))
     return conv.bind(x, w.data, w.path, w.group, w.n, x.shape[1] // w.group, w.kernel,
                      strides, pads, dilations, flip, rq.a_zero_point + flip, corr,
-                     _padded(rq.scale), out, _kinds(out, residual), _q(rq), residual,
-                     (rq.residual_zero_point, rq.residual_scale))
+                     _padded(rq.scale), out, _kinds(out, residual, rq), _q(rq), residual,
+                     _r_q(rq))
 
 
 def _zero_point(a: np.ndarray, rq: Requant, w: PackedWeights) -> tuple[int, np.ndarray]:
@@ -194,9 +197,16 @@ def _padded(v: np.ndarray) -> np.ndarray:
     return out
 
 
-def _kinds(out: np.ndarray, residual: np.ndarray | None) -> tuple[int, int]:
-    return (OUT_KINDS.index(out.dtype.name),
+def _kinds(out: np.ndarray, residual: np.ndarray | None, rq: Requant) -> tuple[int, int]:
+    dequantized = rq.dequantize_scale is not None and out.dtype == np.float32
+    return (OUT_KINDS.index("dequantized" if dequantized else out.dtype.name),
             RES_KINDS.index("none" if residual is None else residual.dtype.name))
+
+
+def _r_q(rq: Requant) -> tuple[float, float, float]:
+    """The residual's zero point and scale, and the dequantized output's scale."""
+    return (float(rq.residual_zero_point), float(rq.residual_scale),
+            float(rq.dequantize_scale or 0.0))
 
 
 def _q(rq: Requant) -> tuple[float, float, float]:

@@ -114,7 +114,8 @@ def interleave_task(t: int, nthreads: int, x: np.ndarray, xi: np.ndarray, kg: in
 def conv_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.ndarray,
               offsets: np.ndarray, corr: np.ndarray, scale: np.ndarray, out: np.ndarray,
               out_kind: int, zp: np.float32, lo: np.float32, hi: np.float32, res_kind: int,
-              res: np.ndarray, r_zp: np.float32, r_scale: np.float32, scratch: np.ndarray,
+              res: np.ndarray, r_zp: np.float32, r_scale: np.float32, dq: np.float32,
+              scratch: np.ndarray,
               group: int, per: int, quads: int, taps: int, quad_bytes: int, wq: int, ow: int,
               oh: int, qtiles: int, nsplit: int) -> None:  # pragma: no cover
     """Thread t's share of the output tiles: (image, group, pixel tile, channel chunk)."""
@@ -157,7 +158,8 @@ def conv_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.ndarray
                                 corr.ctypes.data + 4 * n, scale.ctypes.data + 4 * n, 0,
                                 out.ctypes.data + (plane + c) * out.itemsize,
                                 min(LANES, s1 - c), zp, lo, hi,
-                                res.ctypes.data + (plane + c) * res.itemsize, r_zp, r_scale)
+                                res.ctypes.data + (plane + c) * res.itemsize, r_zp, r_scale,
+                                dq)
                     continue
                 oy = q0 // wq
                 while oy < oh and oy * wq < q0 + vc:
@@ -169,7 +171,7 @@ def conv_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.ndarray
                                 corr.ctypes.data + 4 * n, scale.ctypes.data + 4 * n, 0,
                                 out.ctypes.data + (d + c) * out.itemsize, min(LANES, s1 - c),
                                 zp, lo, hi, res.ctypes.data + (d + c) * res.itemsize, r_zp,
-                                r_scale)
+                                r_scale, dq)
                     oy += 1
 
 
@@ -177,7 +179,7 @@ def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, c
          kernel: tuple[int, int], strides: Sequence[int], pads: Sequence[int],
          dilations: Sequence[int], flip: int, a_zp: int, corr: np.ndarray, scale: np.ndarray,
          out: np.ndarray, kinds: tuple[int, int], q: tuple[float, float, float],
-         residual: np.ndarray | None, r_q: tuple[float, float]) -> Callable[[], object]:
+         residual: np.ndarray | None, r_q: tuple[float, float, float]) -> Callable[[], object]:
     """The two fork calls of one convolution, bound to these buffers; corr and scale hold
     LANES entries of slack (requant loads a vector where it spreads one)."""
     path = PATHS[path_name]
@@ -217,6 +219,7 @@ def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, c
     compute = fork_call(conv_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
                            wdata, offsets, corr, scale, out3, Fixed(kinds[0]), np.float32(q[0]),
                            np.float32(q[1]), np.float32(q[2]), Fixed(kinds[1]), res3,
-                           np.float32(r_q[0]), np.float32(r_q[1]), scratch, group, per, quads,
+                           np.float32(r_q[0]), np.float32(r_q[1]), np.float32(r_q[2]), scratch,
+                           group, per, quads,
                            kh * kw, quad_bytes, wq, ow, oh, qtiles, nsplit)
     return bound((prepare, compute), (xi, offsets, scratch, out3, res3, corr, scale))

@@ -116,6 +116,7 @@ def depthwise_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.nd
                    offsets: np.ndarray, corr: np.ndarray, scale: np.ndarray, out: np.ndarray,
                    out_kind: int, zp: np.float32, lo: np.float32, hi: np.float32,
                    res_kind: int, res: np.ndarray, r_zp: np.float32, r_scale: np.float32,
+                   dq: np.float32,
                    scratch: np.ndarray, plane_bytes: int, wq: int, ow: int, oh: int,
                    qtiles: int) -> None:  # pragma: no cover
     vc = _VC0 if path_id == 0 else _VC1
@@ -147,7 +148,7 @@ def depthwise_task(t: int, nthreads: int, path_id: int, xi: np.ndarray, w: np.nd
                 requant(out_kind, res_kind, acc.ctypes.data + 4 * (c - q0),
                         corr.ctypes.data + 4 * n, scale.ctypes.data + 4 * n, 0,
                         out.ctypes.data + (d + c) * out.itemsize, min(LANES, s1 - c), zp, lo,
-                        hi, res.ctypes.data + (d + c) * res.itemsize, r_zp, r_scale)
+                        hi, res.ctypes.data + (d + c) * res.itemsize, r_zp, r_scale, dq)
             oy += 1
 
 
@@ -156,7 +157,7 @@ def bind(x: np.ndarray, w_original: np.ndarray, path_name: str, kernel: tuple[in
          a_zp: int,
          corr: np.ndarray, scale: np.ndarray, out: np.ndarray, kinds: tuple[int, int],
          q: tuple[float, float, float], residual: np.ndarray | None,
-         r_q: tuple[float, float]) -> Callable[[], object]:
+         r_q: tuple[float, float, float]) -> Callable[[], object]:
     """The window copy and the dot products of one depthwise layer (applies() holds)."""
     path = PATHS[path_name]
     kh, kw = kernel
@@ -189,6 +190,7 @@ def bind(x: np.ndarray, w_original: np.ndarray, path_name: str, kernel: tuple[in
                            wdata, offsets, corr, scale, out3, Fixed(kinds[0]),
                            np.float32(q[0]), np.float32(q[1]), np.float32(q[2]),
                            Fixed(kinds[1]), res3, np.float32(r_q[0]), np.float32(r_q[1]),
+                           np.float32(r_q[2]),
                            scratch, sh * plane * path.kg, wq, ow, oh, qtiles)
     return bound((prepare, compute), (xi, offsets, wdata, row, scratch, out3, res3, corr,
                                       scale))

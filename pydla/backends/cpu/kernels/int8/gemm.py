@@ -46,7 +46,7 @@ def gemm_task(t: int, nthreads: int, path_id: int, a: np.ndarray, w: np.ndarray,
               corr: np.ndarray, scale: np.ndarray, out: np.ndarray, out_kind: int,
               zp: np.float32, lo: np.float32, hi: np.float32, res_kind: int, res: np.ndarray,
               r_zp: np.float32,
-              r_scale: np.float32, scratch: np.ndarray, tail: np.ndarray,
+              r_scale: np.float32, dq: np.float32, scratch: np.ndarray, tail: np.ndarray,
               taps: np.ndarray) -> None:  # pragma: no cover
     """Thread t's share of the (channel panel, row block) tiles, panel-major: consecutive
     tiles share a panel of weights."""
@@ -86,13 +86,13 @@ def gemm_task(t: int, nthreads: int, path_id: int, a: np.ndarray, w: np.ndarray,
                 requant(out_kind, res_kind, acc.ctypes.data + 4 * (r * vc + c),
                         corr.ctypes.data + 4 * (n0 + c), scale.ctypes.data + 4 * (n0 + c), 1,
                         out.ctypes.data + (d + c) * out.itemsize, min(LANES, cols - c), zp, lo,
-                        hi, res.ctypes.data + (d + c) * res.itemsize, r_zp, r_scale)
+                        hi, res.ctypes.data + (d + c) * res.itemsize, r_zp, r_scale, dq)
 
 
 def bind(a: np.ndarray, wdata: np.ndarray, path_name: str, flip: int, corr: np.ndarray,
          scale: np.ndarray, out: np.ndarray, kinds: tuple[int, int],
          q: tuple[float, float, float], residual: np.ndarray | None,
-         r_q: tuple[float, float]) -> Callable[[], object]:
+         r_q: tuple[float, float, float]) -> Callable[[], object]:
     """The GEMM's fork call(s), bound to these buffers; corr and scale padded to the packed
     panels' width (requant loads whole vectors of them)."""
     path = PATHS[path_name]
@@ -116,5 +116,6 @@ def bind(a: np.ndarray, wdata: np.ndarray, path_name: str, flip: int, corr: np.n
     steps.append(fork_call(gemm_task, nt, nt, Fixed(PATH_IDS[path_name]), src, wdata, corr,
                               scale, out, Fixed(kinds[0]), np.float32(q[0]), np.float32(q[1]),
                               np.float32(q[2]), Fixed(kinds[1]), res,
-                              np.float32(r_q[0]), np.float32(r_q[1]), scratch, tail, _TAP0))
+                              np.float32(r_q[0]), np.float32(r_q[1]), np.float32(r_q[2]),
+                              scratch, tail, _TAP0))
     return bound(steps, (src, scratch, tail, res, corr, scale))

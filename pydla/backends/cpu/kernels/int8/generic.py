@@ -37,11 +37,14 @@ def finish(acc: np.ndarray, rq: Requant, out: np.ndarray, residual: np.ndarray |
         r = (residual.astype(np.float32) - np.float32(rq.residual_zero_point)) \
             * np.float32(rq.residual_scale)
         real = real + r
-    if out.dtype == np.float32:
+    if out.dtype == np.float32 and rq.dequantize_scale is None:
         np.copyto(out, np.clip(real, np.float32(rq.lo), np.float32(rq.hi)))
         return
-    q = np.rint(real) + np.float32(rq.y_zero_point)
-    np.copyto(out, np.clip(q, np.float32(rq.lo), np.float32(rq.hi)), casting="unsafe")
+    q = np.clip(np.rint(real) + np.float32(rq.y_zero_point), np.float32(rq.lo),
+                np.float32(rq.hi))
+    if out.dtype == np.float32:  # dequantized: as numpy's float32(q) - float32(zp), times dq
+        q = (q - np.float32(rq.y_zero_point)) * np.float32(rq.dequantize_scale)
+    np.copyto(out, q, casting="unsafe")
 
 
 def gemm(a: np.ndarray, w: np.ndarray, rq: Requant, out: np.ndarray,

@@ -6,10 +6,13 @@ intrinsic does a whole vector per call, with masked loads and stores for a parti
 (a convolution's tiles break at the ends of output rows).
 
 ``requant(out_kind, res_kind, acc, corr, scale, cstep, dst, count, zp, lo, hi, res, r_zp,
-r_scale)``: out_kind/res_kind are literals (OUT_KINDS / RES_KINDS indices), the rest int64
-addresses or float32. acc: 16 int32; corr/scale: one int32/float32 spread over the lanes
-(cstep 0, a convolution's output channel) or 16 of them (cstep 1, a GEMM's columns); dst
-and res: ``count`` ≤ 16 elements. The arithmetic is epilogue.py's, lane by lane.
+r_scale, dq)``: out_kind/res_kind are literals (OUT_KINDS / RES_KINDS indices), the rest int64
+addresses or float32. The "dequantized" kind quantizes as uint8/int8 do (lo/hi the
+quantized clamp) and stores float32 ``(q - zp) · dq``: a QuantizeLinear→DequantizeLinear pair
+after the layer, without a second pass over its output. acc: 16 int32; corr/scale: one
+int32/float32 spread over the lanes (cstep 0, a convolution's output channel) or 16 of
+them (cstep 1, a GEMM's columns); dst and res: ``count`` ≤ 16 elements. The arithmetic
+is epilogue.py's, lane by lane.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-OUT_KINDS = ("uint8", "int8", "float32", "int32")
+OUT_KINDS = ("uint8", "int8", "float32", "int32", "dequantized")
 RES_KINDS = ("none", "uint8", "int8", "float32")
 LANES = 16
 
@@ -75,7 +78,7 @@ def _per_lane(builder: ir.IRBuilder, addr: ir.Value, cstep: ir.Value, elem: ir.T
 
 def _codegen(out_kind: str, res_kind: str):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        (_, _, acc, corr, scale, cstep, dst, count, zp, lo, hi, res, r_zp, r_scale) = args
+        (_, _, acc, corr, scale, cstep, dst, count, zp, lo, hi, res, r_zp, r_scale, dq) = args
         lane_ids = ir.Constant(_vec(_I64), list(range(LANES)))
         mask = builder.icmp_signed("<", lane_ids, _splat(builder, count))
         full = builder.icmp_signed(">=", count, ir.Constant(_I64, LANES))
@@ -105,6 +108,8 @@ def _codegen(out_kind: str, res_kind: str):  # type: ignore[no-untyped-def]
             f = builder.select(builder.fcmp_ordered(">", f, hi_v), hi_v, f)
             if out_kind == "float32":
                 out = f
+            elif out_kind == "dequantized":  # as numpy: float32(q) - float32(zp), times dq
+                out = builder.fmul(builder.fsub(f, _splat(builder, zp)), _splat(builder, dq))
             elif out_kind == "uint8":
                 out = builder.trunc(builder.fptosi(f, _vec(_I32)), _vec(_I8))
             else:
@@ -121,10 +126,10 @@ def _codegen(out_kind: str, res_kind: str):  # type: ignore[no-untyped-def]
 
 @intrinsic
 def requant(typingctx, out_kind, res_kind, acc, corr, scale, cstep, dst, count, zp, lo, hi,  # type: ignore[no-untyped-def]
-            res, r_zp, r_scale):
+            res, r_zp, r_scale, dq):
     if not isinstance(out_kind, types.IntegerLiteral) or \
             not isinstance(res_kind, types.IntegerLiteral):
         raise TypingError("requant: out_kind and res_kind must be literals")
     sig = types.void(out_kind, res_kind, *([types.int64] * 6), types.float32, types.float32,
-                     types.float32, types.int64, types.float32, types.float32)
+                     types.float32, types.int64, types.float32, types.float32, types.float32)
     return sig, _codegen(OUT_KINDS[out_kind.literal_value], RES_KINDS[res_kind.literal_value])
