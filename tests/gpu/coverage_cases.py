@@ -79,6 +79,44 @@ def _gru_model() -> tuple[onnx.ModelProto, Feeds]:
                             .astype(np.float32)}
 
 
+def _dq_lstm(direction: str, extras: bool) -> Case:
+    """com.microsoft DynamicQuantizeLSTM (int8 weights dequantized at build; X and every
+    step's h through a dynamic uint8 round trip: the LSTM's ``quantize_hidden``)."""
+    def case() -> tuple[onnx.ModelProto, Feeds]:
+        steps, batch, size, hidden = 7, 2, 5, 6
+        dirs = 2 if direction == "bidirectional" else 1
+        r = _rng(25)
+        inits = {"w": r.integers(-128, 128, (dirs, size, 4 * hidden)).astype(np.int8),
+                 "r": r.integers(-128, 128, (dirs, hidden, 4 * hidden)).astype(np.int8),
+                 "b": r.normal(0, 0.3, (dirs, 8 * hidden)).astype(np.float32),
+                 "ws": r.uniform(0.005, 0.015, dirs).astype(np.float32),
+                 "wz": np.zeros(dirs, np.int8),
+                 "rs": r.uniform(0.004, 0.01, dirs).astype(np.float32),
+                 "rz": np.zeros(dirs, np.int8)}
+        names = ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"]
+        state = (dirs, batch, hidden)
+        if extras:
+            inits |= {"h0": r.normal(0, 0.5, state).astype(np.float32),
+                      "c0": r.normal(0, 1, state).astype(np.float32)}
+            names[5:7] = ["h0", "c0"]
+        node = onnx.helper.make_node("DynamicQuantizeLSTM", names, ["y", "yh", "yc"],
+                                     domain="com.microsoft", direction=direction,
+                                     hidden_size=hidden)
+        info = onnx.helper.make_tensor_value_info
+        graph = onnx.helper.make_graph(
+            [node], "dq_lstm", [info("x", TensorProto.FLOAT, [steps, batch, size])],
+            [info("y", TensorProto.FLOAT, [steps, dirs, batch, hidden]),
+             info("yh", TensorProto.FLOAT, list(state)), info("yc", TensorProto.FLOAT,
+                                                              list(state))],
+            [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+        model = onnx.helper.make_model(graph, opset_imports=[
+            onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)])
+        model.ir_version = 8
+        return model, {"x": r.normal(0, 1, (steps, batch, size)).astype(np.float32)}
+
+    return case
+
+
 GRU_CASES: dict[str, Case] = {
     "gru_bidir_before_h0": _gru("bidirectional", 1, h0=True),
     "gru_forward_after_clip": _gru("forward", 0, clip=0.9),
@@ -270,4 +308,6 @@ EXACT_CASES: dict[str, Case] = {**{f"topk_{t}": _topk(t) for t in _TOPK_TYPES},
 # flat 3-D convolutions): 1e-2 (the H200 measured 4.2e-5 for the GRU model)
 TOLERANT_CASES: dict[str, tuple[Case, float]] = {
     **{name: (case, 1e-5) for name, case in GRU_CASES.items()}, "gru_model": (_gru_model, 1e-2),
-    "conv3d": (_conv3d, 1e-5), "conv3d_flat": (_conv3d_flat, 1e-2)}
+    "conv3d": (_conv3d, 1e-5), "conv3d_flat": (_conv3d_flat, 1e-2),
+    "dq_lstm_bidirectional": (_dq_lstm("bidirectional", False), 1e-5),
+    "dq_lstm_reverse_states": (_dq_lstm("reverse", True), 1e-5)}

@@ -125,8 +125,6 @@ def _type_refusal(node: Node) -> str | None:
             "reduction", "none") != "none" and inputs[0].dtype.itemsize == 1:
         return f"reduction {node.attrs['reduction']!r} over {inputs[0].dtype.name.lower()}: " \
                "the CUDA scatter combines 2-, 4- and 8-byte numbers only"
-    if node.op == "LSTM" and node.attrs.get("quantize_hidden"):
-        return "quantize_hidden (DynamicQuantizeLSTM's uint8 round trip of h) runs on the CPU"
     if node.op == "LSTM" and len(inputs) > 4 and inputs[4] is not None:
         if not inputs[4].is_const:
             return "sequence_lens computed at run time: the CUDA LSTM runs full-length " \

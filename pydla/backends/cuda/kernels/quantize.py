@@ -57,7 +57,10 @@ _DEQUANTIZE = """float d = (float)ld(x + X_OFF);
     if (HAS_ZP) d -= (float)ld(zp + p);
     st(y + Y_OFF, d * (float)ld(scale + p));"""
 
-_DYNAMIC = r"""
+# A tensor's range folded from every thread into one (lo, hi) pair in global memory by
+# compare-and-swap (no thread waits on another); DynamicQuantizeLinear's and the LSTM's
+# ``quantize_hidden`` round trip (recurrent.py) start from (0, 0): the range holds 0.
+RANGE_FOLD = r"""
 /* a NaN wins, as numpy's min and max propagate it */
 __device__ __forceinline__ float pick(float cur, float v, bool lower) {
   if (cur != cur || v != v) return cur != cur ? cur : v;
@@ -74,6 +77,8 @@ __device__ __forceinline__ void fold(float* at, float v, bool lower) {
     old = seen;
   }
 }
+"""
+_DYNAMIC = RANGE_FOLD + r"""
 extern "C" __global__ void dq_reset(float* __restrict__ range) {
   if (blockIdx.x == 0 && threadIdx.x == 0) { range[0] = 0.f; range[1] = 0.f; }
 }

@@ -8,7 +8,11 @@ States are float32 in scratch buffers (hidden states of every step, and one cell
 row updated in place: only its own thread reads it), whatever the tensors' types; Y, Y_h
 and Y_c are written through their strides as the steps produce them. ONNX's default
 activations (sigmoid, tanh, tanh), ``clip``, ``input_forget`` and peepholes are supported;
-sequence lengths other than the full length are refused.
+sequence lengths other than the full length are refused. ``quantize_hidden``
+(com.microsoft DynamicQuantizeLSTM) passes each step's h_{t-1} through a dynamic uint8
+round trip before the recurrent product, as the CPU backend does: a range kernel per step
+folds each direction's (min, max) of h_{t-1} (``quantize.RANGE_FOLD``), and the step kernel
+quantizes every h_{t-1}[k] it reads on that grid.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pydla.backends.cuda.codegen import c_type, defines, f32
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.kernels.epilogue import NO_EPILOGUE, make_epilogue
 from pydla.backends.cuda.kernels.matmul import MatmulShape, matmul_launch, matmul_variants
+from pydla.backends.cuda.kernels.quantize import RANGE_FOLD
 from pydla.backends.cuda.layout import LINEAR, Placement
 from pydla.backends.cuda.registry import Candidate, Launch, chain, kernel
 from pydla.dtypes import DType
@@ -32,10 +37,48 @@ __device__ __forceinline__ float sigm(float x) { return 0.5f * (tanhf(0.5f * x) 
 __device__ __forceinline__ float clip(float x) {
   return CLIP > 0.f ? fminf(fmaxf(x, -CLIP), CLIP) : x;
 }
+/* h_{t-1}[k] of (d, bb): the initial state (or zero) at step 0, else the previous step's */
+__device__ __forceinline__ float h_prev(const TH0* h0, const float* hseq, int s, int d, int bb,
+                                        int k) {
+  if (s == 0) return HAS_H0 ? ld(h0 + (i64)d * H0D + (i64)bb * H0B + (i64)k * H0H) : 0.f;
+  const int tp = ((REVERSE >> d) & 1) ? T - s : s - 1;
+  return hseq[(((i64)tp * D + d) * B + bb) * HS + k];
+}
+__device__ __forceinline__ float clamp255(float v) {
+  return v < 0.f ? 0.f : (v > 255.f ? 255.f : v);
+}
+/* quantize_hidden: v through DynamicQuantizeLinear's uint8 grid over range (lo, hi), as
+   the CPU backend's dynamic_uint8_round_trip */
+__device__ __forceinline__ float round_trip(float v, const float* range) {
+  const float lo = range[0], hi = range[1];
+  const float scale = hi == lo ? 1.f : (hi - lo) / 255.f;
+  const float zero = clamp255(rintf(0.f - lo / scale));
+  return (clamp255(rintf(v / scale) + zero) - zero) * scale;
+}
+extern "C" __global__ void lstm_range_reset(float* __restrict__ ranges) {
+  for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < (i64)T * D * 2;
+       i += (i64)gridDim.x * blockDim.x) ranges[i] = 0.f;
+}
+/* the range of each direction's h_{t-1} at step s (one (lo, hi) pair per step and direction) */
+extern "C" __global__ void lstm_range(const TH0* __restrict__ h0,
+    const float* __restrict__ hseq, float* __restrict__ ranges, int s) {
+  float lo[2] = {0.f, 0.f}, hi[2] = {0.f, 0.f};
+  for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < (i64)D * B * HS;
+       idx += (i64)gridDim.x * blockDim.x) {
+    const int d = (int)(idx / ((i64)HS * B));
+    const float v = h_prev(h0, hseq, s, d, (int)((idx / HS) % B), (int)(idx % HS));
+    lo[d] = pick(lo[d], v, true);
+    hi[d] = pick(hi[d], v, false);
+  }
+  for (int d = 0; d < D; ++d) {
+    fold(ranges + ((i64)s * D + d) * 2, lo[d], true);
+    fold(ranges + ((i64)s * D + d) * 2 + 1, hi[d], false);
+  }
+}
 extern "C" __global__ void lstm_step(const float* __restrict__ g, const float* __restrict__ rt,
     const float* __restrict__ p, const TH0* __restrict__ h0, const TC0* __restrict__ c0,
     float* __restrict__ hseq, float* __restrict__ cst, TY* __restrict__ y,
-    TYH* __restrict__ yh, TYC* __restrict__ yc, int s) {
+    TYH* __restrict__ yh, TYC* __restrict__ yc, const float* __restrict__ ranges, int s) {
   for (i64 idx = blockIdx.x * (i64)blockDim.x + threadIdx.x; idx < (i64)D * B * HS;
        idx += (i64)gridDim.x * blockDim.x) {
   const int j = (int)(idx % HS);
@@ -43,14 +86,13 @@ extern "C" __global__ void lstm_step(const float* __restrict__ g, const float* _
   const int d = (int)(idx / ((i64)HS * B));
   const int rev = (REVERSE >> d) & 1;
   const int t = rev ? T - 1 - s : s;
-  const int tp = rev ? t + 1 : t - 1;
   const float* gp = g + ((i64)t * B + bb) * (D * 4 * HS) + (i64)d * 4 * HS;
   float gi = gp[j], go = gp[HS + j], gf = gp[2 * HS + j], gc = gp[3 * HS + j];
   const float* rtd = rt + (i64)d * HS * 4 * HS;
+  const float* range = ranges + ((i64)s * D + d) * 2;
   for (int k = 0; k < HS; ++k) {
-    float hk;
-    if (s == 0) hk = HAS_H0 ? ld(h0 + (i64)d * H0D + (i64)bb * H0B + (i64)k * H0H) : 0.f;
-    else hk = hseq[(((i64)tp * D + d) * B + bb) * HS + k];
+    float hk = h_prev(h0, hseq, s, d, bb, k);
+    if (QUANTIZE_HIDDEN) hk = round_trip(hk, range);
     const float* row = rtd + (i64)k * 4 * HS;
     gi = fmaf(hk, row[j], gi);
     go = fmaf(hk, row[HS + j], go);
@@ -102,6 +144,7 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     direction = a.get("direction", "forward")
     dirs = 2 if direction == "bidirectional" else 1
     layout = int(a.get("layout", 0))
+    quantize = bool(a.get("quantize_hidden", 0))
     acts = [str(x).lower() for x in a.get("activations") or ["sigmoid", "tanh", "tanh"] * dirs]
     if acts != ["sigmoid", "tanh", "tanh"] * dirs:
         raise KernelError(where, layer.op, f"the CUDA LSTM runs the default activations "
@@ -161,6 +204,7 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
         "REVERSE": 1 if direction == "reverse" else (2 if dirs == 2 else 0),
         "CLIP": f32(float(clip)) if clip is not None else "0.f",
         "INPUT_FORGET": int(bool(a.get("input_forget", 0))), "HAS_P": int(peep is not None),
+        "QUANTIZE_HIDDEN": int(quantize),
         "HAS_H0": int(h0 is not None), "HAS_C0": int(c0 is not None),
         "HAS_Y": int(y is not None), "HAS_YH": int(yh is not None),
         "HAS_YC": int(yc is not None),
@@ -173,17 +217,25 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
         "C0H": c0s[2], "YT": y_strides[0], "YD": y_strides[1], "YB": y_strides[2],
         "YH": y_strides[3], "YHD": yhs[0], "YHB": yhs[1], "YHH": yhs[2], "YCD": ycs[0],
         "YCB": ycs[1], "YCH": ycs[2]}
-    source = defines(values) + _STEP
+    source = defines(values) + RANGE_FOLD + _STEP
 
     def ptr(p: Placement | None) -> np.uint64:
         return np.uint64(p.ptr if p is not None else 0)
 
-    step_launches = [
-        ctx.kernel_launch(source, "lstm_step", dirs * batch * hidden,
-                          [np.uint64(g_ptr), np.uint64(rt_ptr), np.uint64(p_ptr), ptr(h0),
-                           ptr(c0), np.uint64(hseq), np.uint64(cst), ptr(y), ptr(yh), ptr(yc),
-                           np.int32(s)], block=128)
-        for s in range(steps)]
+    units = dirs * batch * hidden
+    ranges = np.uint64(ctx.scratch(steps * dirs * 2 * 4) if quantize else 0)
+    step_launches = [ctx.kernel_launch(source, "lstm_range_reset", steps * dirs * 2, [ranges])
+                     ] if quantize else []
+    for s in range(steps):
+        if quantize:
+            step_launches.append(ctx.kernel_launch(source, "lstm_range", units,
+                                                   [ptr(h0), np.uint64(hseq), ranges,
+                                                    np.int32(s)]))
+        step_launches.append(ctx.kernel_launch(
+            source, "lstm_step", units,
+            [np.uint64(g_ptr), np.uint64(rt_ptr), np.uint64(p_ptr), ptr(h0), ptr(c0),
+             np.uint64(hseq), np.uint64(cst), ptr(y), ptr(yh), ptr(yc), ranges, np.int32(s)],
+            block=128))
     return [Candidate(name, chain(projection, *step_launches), fallback=name == SIMPLE)
             for name, projection in projections]
 
