@@ -222,6 +222,8 @@ def main(argv: list[str]) -> int:
         cases[name] = (case, bound, [None])
     for name, case in coverage_cases.EXACT_CASES.items():
         cases[name] = (case, None, [None])
+    for name, case in coverage_cases.FLOAT_CASES.items():
+        cases[name] = (case, None, [DType.FLOAT16, DType.BFLOAT16])
     for name, (case, bound) in coverage_cases.TOLERANT_CASES.items():
         cases[name] = (case, bound, [None])
     failures = 0

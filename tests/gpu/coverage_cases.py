@@ -5,7 +5,8 @@ convolutions. Built
 without CUDA: ``scripts/cuda_emulate.py`` runs their (non-cooperating) kernels on the host
 and ``tests/gpu/test_coverage_ops_gpu.py`` on the GPU, both against the CPU backend.
 
-``EXACT_CASES`` must match bit for bit; ``TOLERANT_CASES`` within their relative error."""
+``EXACT_CASES`` must match bit for bit (``FLOAT_CASES`` too, in fp16 and bf16 builds as
+well); ``TOLERANT_CASES`` within their relative error."""
 
 from __future__ import annotations
 
@@ -303,6 +304,10 @@ def _ms_qgemm() -> tuple[onnx.ModelProto, Feeds]:
 EXACT_CASES: dict[str, Case] = {**{f"topk_{t}": _topk(t) for t in _TOPK_TYPES},
                                 "quantize": _quantize, "dynamic_quantize": _dynamic_quantize,
                                 "qgemm": _qgemm, "ms_qgemm": _ms_qgemm}
+# exact cases over float data, run again in fp16 and bf16 builds (autocast: the data, and
+# DynamicQuantizeLinear's scale, become half types)
+FLOAT_CASES: dict[str, Case] = {"topk_float32_half": _topk("float32"),
+                                "dynamic_quantize_half": _dynamic_quantize}
 # float32 recurrences and direct convolutions summed in another order than the CPU
 # backend's: 1e-5 relative; cuDNN convolutions (TF32: the GRU model's, the 2-D candidates of
 # flat 3-D convolutions): 1e-2 (the H200 measured 4.2e-5 for the GRU model)

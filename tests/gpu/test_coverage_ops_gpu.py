@@ -16,11 +16,16 @@ from pydla.backends.cuda import CudaBackend  # noqa: E402
 from pydla.builder import BuildOptions, build  # noqa: E402
 from pydla.dtypes import DType  # noqa: E402
 from pydla.engine.module import LoadedModule  # noqa: E402
-from tests.gpu.coverage_cases import EXACT_CASES, GRU_CASES, TOLERANT_CASES  # noqa: E402
+from tests.gpu.coverage_cases import (  # noqa: E402
+    EXACT_CASES,
+    FLOAT_CASES,
+    GRU_CASES,
+    TOLERANT_CASES,
+)
 
 
 def _run_both(name: str, precision: DType | None, autotune: bool = False):  # noqa: ANN202
-    cases = {**EXACT_CASES, **{k: c for k, (c, _) in TOLERANT_CASES.items()}}
+    cases = {**EXACT_CASES, **FLOAT_CASES, **{k: c for k, (c, _) in TOLERANT_CASES.items()}}
     model, feeds = cases[name]()
     data = build(model, BuildOptions(autotune=autotune, autocast=precision, target="cuda"))
     inputs = [feeds[i.name] for i in model.graph.input]
@@ -42,6 +47,15 @@ def _run_both(name: str, precision: DType | None, autotune: bool = False):  # no
 @pytest.mark.parametrize("name", sorted(EXACT_CASES))
 def test_exact(name: str) -> None:
     got, want = _run_both(name, None)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, (name, k, g.dtype, w.dtype)
+        np.testing.assert_array_equal(g, w, err_msg=f"{name} output {k}")
+
+
+@pytest.mark.parametrize("precision", [DType.FLOAT16, DType.BFLOAT16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name", sorted(FLOAT_CASES))
+def test_exact_in_half_builds(name: str, precision: DType) -> None:
+    got, want = _run_both(name, precision)
     for k, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == w.dtype and g.shape == w.shape, (name, k, g.dtype, w.dtype)
         np.testing.assert_array_equal(g, w, err_msg=f"{name} output {k}")

@@ -95,7 +95,7 @@ COORDS
   fold(range + 1, hi, false);
 }
 extern "C" __global__ void dq_quantize(const TX* __restrict__ x,
-    const float* __restrict__ range, TY* __restrict__ y, float* __restrict__ y_scale,
+    const float* __restrict__ range, TY* __restrict__ y, TS* __restrict__ y_scale,
     unsigned char* __restrict__ y_zp) {
   const float lo = range[0], hi = range[1];
   const float scale = hi == lo ? 1.f : (hi - lo) / 255.f;
@@ -109,7 +109,7 @@ COORDS
     st(y + Y_OFF, (unsigned char)f2i32(v));
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    *y_scale = scale;
+    st(y_scale, scale);
     *y_zp = (unsigned char)f2i32(zp);
   }
 }
@@ -192,11 +192,15 @@ def bind_dynamic_quantize(ctx: BindContext, layer: LayerInfo) -> list[Candidate]
     x = ctx.place(layer.inputs[0])
     y, y_scale, y_zp = (ctx.place(o) for o in layer.outputs[:3])
     where = layer.name
-    if (y.dtype, y_scale.dtype, y_zp.dtype) != (DType.UINT8, DType.FLOAT32, DType.UINT8):
-        raise KernelError(where, layer.op, "writes uint8 values, a float32 scale and a uint8 "
-                          "zero point")
+    if (y.dtype, y_zp.dtype) != (DType.UINT8, DType.UINT8) or y_scale.dtype not in (
+            DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16):
+        raise KernelError(where, layer.op, "writes uint8 values and zero point and a float "
+                          f"scale, not {y.dtype.name.lower()}, {y_zp.dtype.name.lower()} and "
+                          f"{y_scale.dtype.name.lower()}")
     walk, coords = _walk(x)
-    values = {"TX": storage_type(x.dtype, where), "TY": "unsigned char", "TOTAL": x.size}
+    # the scale is computed in float32 and stored in its tensor's type (fp16 builds)
+    values = {"TX": storage_type(x.dtype, where), "TY": "unsigned char", "TOTAL": x.size,
+              "TS": storage_type(y_scale.dtype, where)}
     source = defines(values) + (
         _DYNAMIC.replace("COORDS", walk).replace("X_OFF", offset(coords, x.strides))
         .replace("Y_OFF", offset(coords, y.strides)))
