@@ -269,3 +269,23 @@ def test_the_runner_frees_each_tensor_after_its_last_reader() -> None:
     x = np.full((1, 3, 4, 4), -1.0, np.float32)
     amax = tensor_amax(runner, [{"x": x}, {"x": -2 * x}], lambda: None)
     assert amax == {"x": 2.0, "c": 6.0, "r": 6.0, "y": 24.0}
+
+
+def test_heads_stay_float_unless_named() -> None:
+    from pydla.quantization.policy import HEAD_REASON
+
+    d = choose_precisions(_graph(), {"x": 1.0, "r": 2.0})
+    assert d["conv1"].precision == "int8"
+    assert (d["conv2"].precision, d["conv2"].reason) == ("fp32", HEAD_REASON)
+    d = choose_precisions(_graph(), {"x": 1.0, "r": 2.0}, {"conv2": "int8"})
+    assert d["conv2"].precision == "int8"
+    d = choose_precisions(_graph(), {"x": 1.0, "r": 2.0}, {"conv*": "int8"})
+    assert d["conv2"].precision == "int8"
+    # two heads on one trunk: each output's last weighted layer stays float
+    g = _graph()
+    w3 = Value("w3", (2, 4, 1, 1), DType.FLOAT32, const=np.ones((2, 4, 1, 1), np.float32))
+    y2 = Value("y2", (1, 2, 4, 4), DType.FLOAT32)
+    g.nodes.append(Node("Conv", "conv3", [g.nodes[1].outputs[0], w3], [y2]))
+    g.outputs.append(y2)
+    d = choose_precisions(g, {"x": 1.0, "r": 2.0})
+    assert [d[n].precision for n in ("conv1", "conv2", "conv3")] == ["int8", "fp32", "fp32"]
