@@ -72,6 +72,7 @@ class DlaDevice:
         self.lock = threading.Lock()
         self._idle = threading.Condition(self.lock)
         self._inflight = 0
+        self._draining = 0  # threads waiting for _inflight to reach 0: the only ones to wake
         self._destroyed = False
         self.registrations: dict[int, Registration] = {}
         self.module: DlaModule | None = None
@@ -180,8 +181,7 @@ class DlaDevice:
         if flags != 0:
             raise InvalidParamError(f"module_unload flags must be 0, not {flags}")
         with self.lock:
-            while self._inflight:  # a queued task still uses the module
-                self._idle.wait()
+            self._drain()  # a queued task still uses the module
             if self.module is not module:
                 raise InvalidDeviceError(f"module handle {module.handle:#x} is not loaded")
             self.module = None
@@ -243,7 +243,17 @@ class DlaDevice:
     def _done(self) -> None:
         with self.lock:
             self._inflight -= 1
-            self._idle.notify_all()
+            if self._draining and not self._inflight:
+                self._idle.notify_all()
+
+    def _drain(self) -> None:
+        """Wait for the tasks in flight (the caller holds ``lock``)."""
+        self._draining += 1
+        try:
+            while self._inflight:
+                self._idle.wait()
+        finally:
+            self._draining -= 1
 
     def run_plan(self, plan: TaskPlan) -> None:
         try:
@@ -265,8 +275,7 @@ class DlaDevice:
         with self.lock:
             self._check_alive()
             self._destroyed = True
-            while self._inflight:
-                self._idle.wait()
+            self._drain()
             module, self.module = self.module, None
             self.registrations.clear()
             self._changed()
