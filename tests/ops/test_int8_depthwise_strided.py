@@ -1,5 +1,6 @@
 """Strided int8 depthwise convolutions (depthwise.py: stride 1 or 2 along the rows, any
-down the columns, phase-split rows) against the int64 reference, bit for bit, on both
+down the columns, phase-split rows) and strided convolutions whose taps leave stride phases
+unread (conv.py skips copying them) against the int64 reference, bit for bit, on both
 vector paths — mobile networks' down-sampling layers, which conv.py's channel quads ran
 10-20× slower."""
 
@@ -63,3 +64,27 @@ def test_worst_case_strided(path: str) -> None:
     q8.qconv2d(x, q8.pack_weights(w, c), rq, (2, 2), (1, 1, 1, 1), (1, 1), out)
     acc = conv_ref(x, w, c, 0, rq.bias, (2, 2), (1, 1, 1, 1), (1, 1), (10, 10))
     np.testing.assert_array_equal(out, acc.astype(np.int32))
+
+
+SKIPPED_PHASES = [
+    # x shape, oc, (kh, kw), strides, pads, dilations: conv.py copies only the stride
+    # phases some tap reads (a 1×1 kernel at stride 2 reads one of four)
+    ((2, 20, 15, 40), 24, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    ((1, 8, 13, 22), 12, (1, 1), (2, 1), (0, 0, 1, 0), (1, 1)),
+    ((1, 6, 21, 19), 7, (3, 3), (2, 2), (2, 2, 2, 2), (2, 2)),
+]
+
+
+@pytest.mark.parametrize("case", SKIPPED_PHASES, ids=lambda c: f"{c[0]}-k{c[2]}-s{c[3]}")
+def test_strided_conv_unread_phases(path: str, case: tuple) -> None:  # type: ignore[type-arg]
+    xshape, oc, (kh, kw), strides, pads, dil = case
+    rng = np.random.default_rng(sum(xshape) + oc)
+    x = rng.integers(0, 256, xshape).astype(np.uint8)
+    w = rng.integers(-128, 128, (oc, xshape[1], kh, kw)).astype(np.int8)
+    rq = make_requant(rng, oc, np.uint8, 117, xshape[1] * kh * kw)
+    oh = (xshape[2] + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (xshape[3] + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // strides[1] + 1
+    out = np.zeros((xshape[0], oc, oh, ow), np.uint8)
+    q8.qconv2d(x, q8.pack_weights(w, 1), rq, strides, pads, dil, out)
+    acc = conv_ref(x, w, 1, 117, rq.bias, strides, pads, dil, (oh, ow))
+    np.testing.assert_array_equal(out, requant_ref(acc, rq, np.dtype(np.uint8), 1))

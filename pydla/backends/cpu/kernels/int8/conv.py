@@ -38,8 +38,10 @@ _R1, _VC1, _KG1 = AVX2.rows, AVX2.vec_cols, AVX2.kg
 @njit(cache=True, error_model="numpy", boundscheck=False)
 def interleave_task(t: int, nthreads: int, x: np.ndarray, xi: np.ndarray, kg: int, flip: int,
                     zp: int, group: int, cg: int, quads: int, sh: int, sw: int, pt: int,
-                    pl: int, hq: int, wq: int, plane: int) -> None:  # pragma: no cover
-    """Thread t's share of the planes of xi (see the module docstring)."""
+                    pl: int, hq: int, wq: int, plane: int,
+                    used: np.ndarray) -> None:  # pragma: no cover
+    """Thread t's share of the planes of xi (see the module docstring); phases no tap
+    reads (``used[a·sw + b]`` 0: three of four for a 1×1 kernel at stride 2) are skipped."""
     batch, _, height, width = x.shape
     units = batch * group * quads * sh * sw
     fill = np.uint8(zp)
@@ -50,6 +52,8 @@ def interleave_task(t: int, nthreads: int, x: np.ndarray, xi: np.ndarray, kg: in
         rest //= sw
         a = rest % sh
         rest //= sh
+        if not used[a * sw + b]:
+            continue
         cq = rest % quads
         rest //= quads
         g = rest % group
@@ -201,6 +205,9 @@ def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, c
     reach = qtiles * path.vec_cols + max(p for _, p in pix)
     plane = max(hq * wq, reach)
     offsets = np.array([(ph * plane + p) * path.kg for ph, p in pix], np.int64)
+    used = np.zeros(sh * sw, np.uint8)
+    for ph, _ in pix:
+        used[ph] = 1
     quad_bytes = sh * sw * plane * path.kg
     xi = aligned_zeros(batch * group * quads * quad_bytes + 64, np.uint8)
     nthreads = threads.configure()
@@ -215,11 +222,11 @@ def bind(x: np.ndarray, wdata: np.ndarray, path_name: str, group: int, n: int, c
     planes = batch * group * quads * sh * sw
     n_prep = min(nthreads, planes)
     prepare = fork_call(interleave_task, n_prep, n_prep, x8, xi, path.kg, flip,
-                           a_zp, group, cg, quads, sh, sw, pt, pl, hq, wq, plane)
+                        a_zp, group, cg, quads, sh, sw, pt, pl, hq, wq, plane, used)
     compute = fork_call(conv_task, nthreads, nthreads, Fixed(PATH_IDS[path_name]), xi,
                            wdata, offsets, corr, scale, out3, Fixed(kinds[0]), np.float32(q[0]),
                            np.float32(q[1]), np.float32(q[2]), Fixed(kinds[1]), res3,
                            np.float32(r_q[0]), np.float32(r_q[1]), np.float32(r_q[2]), scratch,
                            group, per, quads,
                            kh * kw, quad_bytes, wq, ow, oh, qtiles, nsplit)
-    return bound((prepare, compute), (xi, offsets, scratch, out3, res3, corr, scale))
+    return bound((prepare, compute), (xi, offsets, used, scratch, out3, res3, corr, scale))
