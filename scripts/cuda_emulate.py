@@ -65,6 +65,7 @@ inline long long __float2ll_rz(float f) { return (long long)f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 template <class T> T atomicCAS(T* a, T cmp, T v) { T old = *a; if (old == cmp) *a = v; return old; }
+inline double atomicAdd(double* a, double v) { double old = *a; *a = old + v; return old; }
 struct __half { unsigned short x; };
 struct __nv_bfloat16 { unsigned short x; };
 struct uint2 { unsigned x, y; };

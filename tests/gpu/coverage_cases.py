@@ -301,6 +301,69 @@ def _ms_qgemm() -> tuple[onnx.ModelProto, Feeds]:
     return model, {"a": r.integers(0, 256, (5, 8)).astype(np.uint8)}
 
 
+def _random_trees(r: np.random.Generator, trees: int, depth: int, features: int,
+                  targets: int) -> tuple[dict[str, list], dict[str, list]]:
+    """Full binary trees of ``depth`` over random features and thresholds (every branch
+    mode, some nodes sending NaN to their true child), leaves weighting random targets:
+    (node attributes, leaf attributes) of ai.onnx.ml's tree ensembles."""
+    modes = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+    nodes: dict[str, list] = {k: [] for k in ("nodes_treeids", "nodes_nodeids",
+                                              "nodes_featureids", "nodes_values", "nodes_modes",
+                                              "nodes_truenodeids", "nodes_falsenodeids",
+                                              "nodes_missing_value_tracks_true")}
+    leaves: dict[str, list] = {"treeids": [], "nodeids": [], "ids": [], "weights": []}
+    inner = 2 ** depth - 1
+    for t in range(trees):
+        for i in range(2 ** (depth + 1) - 1):
+            leaf = i >= inner
+            nodes["nodes_treeids"].append(t)
+            nodes["nodes_nodeids"].append(i)
+            nodes["nodes_featureids"].append(0 if leaf else int(r.integers(features)))
+            nodes["nodes_values"].append(0.0 if leaf else float(np.round(r.normal(), 1)))
+            nodes["nodes_modes"].append("LEAF" if leaf else modes[int(r.integers(6))])
+            nodes["nodes_truenodeids"].append(0 if leaf else 2 * i + 1)
+            nodes["nodes_falsenodeids"].append(0 if leaf else 2 * i + 2)
+            nodes["nodes_missing_value_tracks_true"].append(int(r.integers(2)))
+            if leaf:
+                for j in r.choice(targets, int(r.integers(1, 3)), replace=False):
+                    leaves["treeids"].append(t)
+                    leaves["nodeids"].append(i)
+                    leaves["ids"].append(int(j))
+                    leaves["weights"].append(float(np.float32(r.normal())))
+    return nodes, leaves
+
+
+def _trees() -> tuple[onnx.ModelProto, Feeds]:
+    """A four-class TreeEnsembleClassifier (SOFTMAX, base values) and a two-target
+    TreeEnsembleRegressor (AVERAGE, LOGISTIC), over features with NaN and values equal to
+    thresholds."""
+    r = _rng(26)
+    nodes, leaves = _random_trees(r, 6, 3, 5, 4)
+    clf = onnx.helper.make_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "probs"], domain="ai.onnx.ml",
+        classlabels_int64s=[10, 20, 30, 40], post_transform="SOFTMAX",
+        base_values=[0.1, -0.2, 0.0, 0.3], class_treeids=leaves["treeids"],
+        class_nodeids=leaves["nodeids"], class_ids=leaves["ids"],
+        class_weights=leaves["weights"], **nodes)
+    nodes, leaves = _random_trees(r, 5, 2, 5, 2)
+    reg = onnx.helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["values"], domain="ai.onnx.ml", n_targets=2,
+        aggregate_function="AVERAGE", post_transform="LOGISTIC",
+        target_treeids=leaves["treeids"], target_nodeids=leaves["nodeids"],
+        target_ids=leaves["ids"], target_weights=leaves["weights"], **nodes)
+    info = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [clf, reg], "trees", [info("x", TensorProto.FLOAT, [7, 5])],
+        [info("label", TensorProto.INT64, [7]), info("probs", TensorProto.FLOAT, [7, 4]),
+         info("values", TensorProto.FLOAT, [7, 2])])
+    model = onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    x = np.round(r.normal(size=(7, 5)), 1).astype(np.float32)  # ties with the thresholds
+    x[1, :3] = np.nan
+    return model, {"x": x}
+
+
 EXACT_CASES: dict[str, Case] = {**{f"topk_{t}": _topk(t) for t in _TOPK_TYPES},
                                 "quantize": _quantize, "dynamic_quantize": _dynamic_quantize,
                                 "qgemm": _qgemm, "ms_qgemm": _ms_qgemm}
@@ -315,4 +378,6 @@ TOLERANT_CASES: dict[str, tuple[Case, float]] = {
     **{name: (case, 1e-5) for name, case in GRU_CASES.items()}, "gru_model": (_gru_model, 1e-2),
     "conv3d": (_conv3d, 1e-5), "conv3d_flat": (_conv3d_flat, 1e-2),
     "dq_lstm_bidirectional": (_dq_lstm("bidirectional", False), 1e-5),
-    "dq_lstm_reverse_states": (_dq_lstm("reverse", True), 1e-5)}
+    "dq_lstm_reverse_states": (_dq_lstm("reverse", True), 1e-5),
+    # float64 sums in another order, float32 exp: labels exact, scores within 1e-6
+    "trees": (_trees, 1e-6)}

@@ -83,3 +83,22 @@ def test_quantize_family_and_integer_products_run() -> None:
     assert {"QGemm", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"} <= CUDA_OPS
     for name in ("quantize", "dequantize", "dynamic", "qgemm"):
         assert by_name[name].supported, (name, by_name[name].refusal)
+
+
+def test_tree_ensemble_rules() -> None:
+    """Multi-class classifiers and regressors run; MIN/MAX, PROBIT and two-class rules are
+    refused with the reason, by the same rules the kernel applies at bind."""
+    from pydla.backends.cuda.tree_rules import tree_ensemble_refusal
+
+    assert "TreeEnsemble" in CUDA_OPS
+    runs = {"kind": "classifier", "n_targets": 4, "aggregate": "SUM",
+            "post_transform": "SOFTMAX"}
+    assert tree_ensemble_refusal(runs) is None
+    assert tree_ensemble_refusal({**runs, "kind": "regressor", "aggregate": "AVERAGE",
+                                  "post_transform": "LOGISTIC", "n_targets": 2}) is None
+    for change, words in (({"aggregate": "MAX"}, "aggregate MAX"),
+                          ({"post_transform": "PROBIT"}, "post_transform PROBIT"),
+                          ({"n_targets": 2}, "two-class classifier"),
+                          ({"kind": "regressor", "n_targets": 1}, "single-target regressor")):
+        why = tree_ensemble_refusal({**runs, **change})
+        assert why is not None and words in why, (change, why)

@@ -1,7 +1,8 @@
 """The new CUDA kernels (GRU steps, TopK, QGemm, DynamicQuantizeLinear, the LSTM's
-quantize_hidden range, 3-D convolution) run on the host through ``scripts/cuda_emulate.py``
-against the CPU backend, without a GPU: a regression in their generated CUDA C fails here.
-A subprocess, because the emulator stands a mock in for CuPy. About 35 s of CPU (g++)."""
+quantize_hidden range, 3-D convolution, TreeEnsemble) run on the host through
+``scripts/cuda_emulate.py`` against the CPU backend, without a GPU: a regression in their
+generated CUDA C fails here. A subprocess, because the emulator stands a mock in for CuPy.
+About 40 s of CPU (g++)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ("gru_reverse_after_lens_input", "gru_bidir_before_lens_const_layout1", "topk_int64",
-         "ms_qgemm", "dq_lstm_reverse_states", "dynamic_quantize", "conv3d")
+         "ms_qgemm", "dq_lstm_reverse_states", "dynamic_quantize", "conv3d", "trees")
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator compiles with g++")

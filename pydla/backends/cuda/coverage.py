@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from pydla.backends.cuda.codegen import STORAGE_TYPES
+from pydla.backends.cuda.tree_rules import tree_ensemble_refusal
 from pydla.backends.cuda.typed_steps import INTEGER_OPS, MIXED_OPS
 from pydla.dla.checker import LayerReport, LayerVerdict, TargetRefusal, layer_verdicts
 from pydla.dtypes import DType
@@ -60,8 +61,8 @@ CUDA_OPS = frozenset({
     "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
     # quantize.py, qgemm.py
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QGemm",
-    # resize.py, shape.py, softmax.py, topk.py
-    "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax", "TopK",
+    # resize.py, shape.py, softmax.py, topk.py, tree_ensemble.py
+    "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax", "TopK", "TreeEnsemble",
 })
 
 _FLOAT_ONLY = "the CUDA backend computes float32/float16/bfloat16 only"
@@ -74,7 +75,8 @@ _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpos
                          "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
                          "ScatterElements", "ScatterND", "ReverseSequence", "TopK",
                          "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-                         "QGemm", "Pointwise"}  # a program's steps are checked one by one
+                         "QGemm", "TreeEnsemble",
+                         "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
     # integer or quantized tensors
@@ -93,7 +95,6 @@ CPU_ONLY: dict[str, str] = {
         "GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LinearAttention",
         "LpNormalization", "LpPool", "MeanVarianceNormalization", "RMSNormalization",
         "RNN", "RoiAlign", "RotaryEmbedding", "STFT", "Trilu")},
-    "TreeEnsemble": "classic-ML tree walk (int32 node arrays, int64 labels): no kernel yet",
     "ScorePostTransform": "classic-ML score transform (PROBIT, SOFTMAX_ZERO, binary "
                           "widening): no kernel yet",
     "BitCast": "no kernel yet (reinterprets the bytes; the shape changes with the element "
@@ -195,6 +196,8 @@ def _shape_refusal(node: Node) -> str | None:
             not in ([], default * (len(node.attrs.get("activations") or []) // len(default))):
         return f"activations {node.attrs['activations']}: the CUDA {node.op} runs the " \
                f"default ones ({', '.join(default)})"
+    if node.op == "TreeEnsemble":
+        return tree_ensemble_refusal(node.attrs)
     if node.op == "MaxPool" and len([o for o in node.outputs if o is not None]) > 1:
         return "MaxPool indices: no CUDA kernel writes them"
     if node.op == "Slice" and any(v is not None and not v.is_const for v in node.inputs[1:]):

@@ -21,8 +21,9 @@ from pydla.backends.cuda.kernels import (
     shape,
     softmax,
     topk,
+    tree_ensemble,
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
            "pad", "pointwise", "pooling", "qgemm", "quantize", "rearrange", "recurrent",
-           "recurrent_gru", "reduce", "resize", "shape", "softmax", "topk"]
+           "recurrent_gru", "reduce", "resize", "shape", "softmax", "topk", "tree_ensemble"]
