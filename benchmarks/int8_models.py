@@ -193,9 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0,
                     help="time each engine at least this long (default 3)")
     ap.add_argument("--autotune", action="store_true",
-                    help="time the tactics at build (default: pick by priority; on a shared "
-                         "machine the tuner's few timed runs catch other tenants' time slices "
-                         "and pick numpy reference kernels for parallel layers)")
+                    help="time the tactics at build (default: pick them by priority, "
+                         "reproducible on a shared machine)")
     ap.add_argument("--out", default="benchmarks/results/int8_models.json")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
