@@ -191,16 +191,19 @@ def emulate(model: Any, feeds: dict[str, np.ndarray], precision: DType | None,
     return got, [np.asarray(w) for w in want], flagged
 
 
+_STREAM = types.SimpleNamespace(ptr=0)  # what a launch reads of its stream (memcpy's handle)
+
+
 def _run_first(candidates: list[Candidate]) -> None:
     """Run the first candidate whose kernels one host thread can run (a candidate's
     launches rewrite everything they read, so a retry after a refused one is exact)."""
     for candidate in candidates[:-1]:
         try:
-            candidate.launch(None)
+            candidate.launch(_STREAM)
             return
         except Cooperative:
             continue
-    candidates[-1].launch(None)
+    candidates[-1].launch(_STREAM)
 
 
 def _same(got: np.ndarray, want: np.ndarray, bound: float | None) -> bool:
