@@ -14,7 +14,7 @@ from pydla.passes.cancel_transposes import CancelTransposes
 from pydla.passes.cse import EliminateCommonSubexpressions
 from pydla.passes.eliminate_dead import EliminateDead
 from pydla.passes.eliminate_identity import EliminateIdentity
-from pydla.passes.fold_batchnorm import FoldBatchNorm
+from pydla.passes.fold_batchnorm import FoldBatchNorm, LowerBatchNorm
 from pydla.passes.fold_constants import FoldConstants
 from pydla.passes.fold_pad import FoldPad
 from pydla.passes.fold_qdq import FoldQDQ
@@ -39,6 +39,7 @@ def default_passes() -> list[Pass]:
         FoldPad(),
         MatMulToGemm(),
         FoldBatchNorm(),
+        LowerBatchNorm(),
         RecognizeLayerNorm(),
         RecognizeGelu(),
         RecognizeSoftmax(),

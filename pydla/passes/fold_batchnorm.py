@@ -1,5 +1,12 @@
 """Fold BatchNormalization (and per-channel Mul/Add scales) into the preceding Conv,
-ConvTranspose or Gemm by rewriting its weights and bias."""
+ConvTranspose or Gemm by rewriting its weights and bias.
+
+``LowerBatchNorm``, after it: a float32 BatchNormalization that nothing took in (after a
+pooling, a concatenation, or a DequantizeLinear: onnxruntime's QDQ models keep one after
+every convolution of PP-LCNet) becomes a per-channel Mul and Add of constants — the
+reference kernel's own arithmetic, scale and shift computed once instead of at every run —
+which fuse_pointwise then runs in one pass with its neighbours, and which a host found
+later still folds. Not in the DLA check's passes: TensorRT gives the DLA a Scale layer."""
 
 from __future__ import annotations
 
@@ -136,3 +143,36 @@ class FoldBatchNorm(RewritePass):
                       const=to_storage(bias.astype(np.float32), bdt))
         host.inputs = [host.inputs[0], new_w, new_b] + list(host.inputs[3:])
         return True
+
+
+class LowerBatchNorm(RewritePass):
+    # After fold_batchnorm where both run (it takes what it can first); correct alone too.
+    name = "lower_batchnorm"
+
+    def rewrite(self, graph: Graph, uses: Uses, node: Node, ctx: PassContext) -> bool:
+        return node.op == "BatchNormalization" and _lower(graph, node, ctx)
+
+
+def _lower(graph: Graph, bn: Node, ctx: PassContext) -> bool:
+    """BatchNormalization → Mul(x, scale) → Add(·, shift), per-channel float32 constants."""
+    x, y = bn.inputs[0], bn.outputs[0]
+    if x is None or x.dtype is not DType.FLOAT32 or y.dtype is not DType.FLOAT32 or \
+            len(x.shape) < 2:
+        return False
+    affine = _affine_of(bn, x.shape[1])
+    if affine is None:
+        return False
+    shape = (x.shape[1],) + (1,) * (len(x.shape) - 2)
+    scale = Value(graph.unique_name(bn.name + "_scale"), shape, DType.FLOAT32,
+                  const=affine[0].reshape(shape))
+    shift = Value(graph.unique_name(bn.name + "_shift"), shape, DType.FLOAT32,
+                  const=affine[1].reshape(shape))
+    scaled = Value(graph.unique_name(bn.name + "_scaled"), y.shape, DType.FLOAT32)
+    mul = Node("Mul", graph.unique_node_name(bn.name + "_mul"), [x, scale], [scaled],
+               fused_from=list(bn.fused_from))
+    add = Node("Add", graph.unique_node_name(bn.name + "_add"), [scaled, shift], [y],
+               fused_from=list(bn.fused_from))
+    at = graph.nodes.index(bn)
+    graph.nodes[at:at + 1] = [mul, add]
+    ctx.note(f"fold_batchnorm: BatchNormalization {bn.name!r} as a per-channel Mul and Add")
+    return True

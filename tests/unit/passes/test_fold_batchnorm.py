@@ -2,7 +2,7 @@ import numpy as np
 import onnx
 import pytest
 
-from pydla.passes.fold_batchnorm import FoldBatchNorm
+from pydla.passes.fold_batchnorm import FoldBatchNorm, LowerBatchNorm
 from tests.unit.passes.helpers import F32, apply, assert_matches_ort, imported, model, node, ops
 
 RNG = np.random.default_rng(5)
@@ -67,12 +67,27 @@ def test_per_channel_mul_then_add():
     assert_matches_ort(m, g)
 
 
-def test_refuses_when_the_conv_output_has_another_reader():
+def test_not_folded_when_the_conv_output_has_another_reader():
+    # the conv's weights stay; the BatchNormalization becomes a per-channel Mul and Add
     m = with_bn(node("Conv", ["x", "w"], "h"), {"x": [1, 3, 4, 4]}, {"w": randn(4, 3, 1, 1)}, 4,
                 extra=("h",))
     g = imported(m)
     assert not apply(g, FoldBatchNorm())
     assert ops(g) == ["Conv", "BatchNormalization"]
+    assert apply(g, LowerBatchNorm())
+    assert ops(g) == ["Conv", "Mul", "Add"]
+    assert g.nodes[0].inputs[1].name == "w"
+    assert_matches_ort(m, g)
+
+
+def test_an_unfoldable_batchnorm_becomes_mul_and_add():
+    m = with_bn(node("MaxPool", ["x"], "h", kernel_shape=[2, 2], strides=[2, 2]),
+                {"x": [2, 5, 6, 6]}, {}, 5)
+    g = imported(m)
+    assert apply(g, LowerBatchNorm())
+    assert ops(g) == ["MaxPool", "Mul", "Add"]
+    assert all("BatchNormalization_y" in n.fused_from for n in g.nodes[1:])
+    assert g.outputs[0].name == "y"
     assert_matches_ort(m, g)
 
 
