@@ -41,6 +41,8 @@ FOLLOW = frozenset({
     "LessOrEqual", "GreaterOrEqual", "Max", "Min", "Cast",
 })
 LIMITS = {DType.FLOAT16: 65504.0, DType.BFLOAT16: 3.3895e38}
+WIDE_INTEGERS = frozenset({DType.INT16, DType.UINT16, DType.INT32, DType.UINT32, DType.INT64,
+                           DType.UINT64})
 SHORT_TO_DTYPE = {"fp32": DType.FLOAT32, "fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
 
 
@@ -51,6 +53,12 @@ def _program_ops(node: Node) -> set[str]:
     if "epilogue" in node.attrs:
         ops |= {s["op"] for s in node.attrs["epilogue"]["program"]}
     return ops
+
+
+def _casts_wide(node: Node) -> bool:
+    """A layer that turns wide integers (int32 sums…) into floats."""
+    return "Cast" in _program_ops(node) and any(
+        v is not None and not v.is_const and v.dtype in WIDE_INTEGERS for v in node.inputs)
 
 
 def _is_float32(v: Value | None) -> bool:
@@ -251,6 +259,15 @@ def _decide(node: Node, target: DType, overrides: Mapping[str, str],
         if peak > limit:
             return DType.FLOAT32, (f"values up to {peak:.4g} overflow {target.short} on the "
                                    "calibration data")
+    if _casts_wide(node):
+        # MatMulInteger's int32 sums, cast to float and scaled: the sums pass fp16's 65504
+        # (a quantized BiLSTM's reached 80,601; the GPU stored inf, then NaN), the products
+        # do not; float32 here and in the layer that scales them (the Cast alone where it is
+        # not fused), the layers after take the target type again.
+        return DType.FLOAT32, "casts wide integers to float (fp16 holds 65504 at most)"
+    if any(v is not None and v.producer is not None and _casts_wide(v.producer)
+           for v in node.inputs):
+        return DType.FLOAT32, "reads wide integers cast to float (fp16 holds 65504 at most)"
     sensitive = _program_ops(node) & SENSITIVE
     if sensitive:
         return DType.FLOAT32, f"{', '.join(sorted(sensitive))} is numerically sensitive"

@@ -81,3 +81,26 @@ def test_sensitive_layers_and_overrides():
         build(model, BuildOptions(autocast=DType.FLOAT16, layer_precisions={"nope": "fp32"}))
     with pytest.raises(BuildError, match="adjusts --autocast"):
         build(model, BuildOptions(layer_precisions={"fc": "fp32"}))
+
+
+@pytest.mark.parametrize("opt_level", [0, 3])
+def test_casts_of_wide_integers_stay_fp32(opt_level):
+    # MatMulInteger's int32 sums reach 64·255·127 ≈ 2.1e6 here, far past fp16's 65504: the
+    # Cast (fused with the scale at level 3) keeps float32, the scaled product is small
+    from onnx import TensorProto
+
+    b = np.random.default_rng(0).integers(-127, 128, (64, 4)).astype(np.int8)
+    model = make_model([helper.make_node("MatMulInteger", ["a", "b"], ["acc"], name="mmi"),
+                        helper.make_node("Cast", ["acc"], ["f"], to=TensorProto.FLOAT,
+                                         name="to_float"),
+                        helper.make_node("Mul", ["f", "s"], ["y"], name="scale")],
+                       {"a": (np.uint8, (1, 64))}, ["y"], {"b": b, "s": np.float32(1e-4)})
+    a = np.full((1, 64), 255, np.uint8)
+    ctx = PassContext()
+    opts = BuildOptions(autocast=DType.FLOAT16, opt_level=opt_level, autotune=False)
+    build_graph(load_model(model), opts, ctx)
+    assert any("kept" in m and "wide integers" in m for m in ctx.log), ctx.log
+    got = LoadedModule(build(model, opts)).run([a])[0]
+    want = run_pydla(model, {"a": a})[0]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-3)
