@@ -136,6 +136,22 @@ def state_strides(p: Placement | None, layout: int) -> tuple[int, int, int]:
     return (s[1], s[0], s[2]) if layout else (s[0], s[1], s[2])
 
 
+def sequence_strides(y: Placement | None, layout: int) -> tuple[int, ...]:
+    """(step, direction, batch, hidden) strides of the Y output (zeros when absent)."""
+    if y is None:
+        return 0, 0, 0, 0
+    ys = y.strides
+    return (ys[1], ys[2], ys[0], ys[3]) if layout else tuple(ys)
+
+
+def recurrence_values(steps: int, batch: int, hidden: int, dirs: int, direction: str,
+                      clip: Any) -> dict[str, Any]:  # noqa: ANN401
+    """The step kernels' shared defines (an LSTM's and a GRU's)."""
+    return {"T": steps, "B": batch, "HS": hidden, "D": dirs,
+            "REVERSE": 1 if direction == "reverse" else (2 if dirs == 2 else 0),
+            "CLIP": f32(float(clip)) if clip is not None else "0.f"}
+
+
 @kernel("LSTM")
 def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     a = layer.attrs
@@ -191,18 +207,11 @@ def bind_lstm(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     hseq = ctx.scratch(steps * dirs * batch * hidden * 4)
     cst = ctx.scratch(dirs * batch * hidden * 4)
     f32_t = DType.FLOAT32
-    if y is not None:
-        ys = y.strides
-        y_strides = (ys[1], ys[2], ys[0], ys[3]) if layout else ys
-    else:
-        y_strides = (0, 0, 0, 0)
+    y_strides = sequence_strides(y, layout)
     h0s, c0s = state_strides(h0, layout), state_strides(c0, layout)
     yhs, ycs = state_strides(yh, layout), state_strides(yc, layout)
-    clip = a.get("clip")
     values: dict[str, Any] = {
-        "T": steps, "B": batch, "HS": hidden, "D": dirs,
-        "REVERSE": 1 if direction == "reverse" else (2 if dirs == 2 else 0),
-        "CLIP": f32(float(clip)) if clip is not None else "0.f",
+        **recurrence_values(steps, batch, hidden, dirs, direction, a.get("clip")),
         "INPUT_FORGET": int(bool(a.get("input_forget", 0))), "HAS_P": int(peep is not None),
         "QUANTIZE_HIDDEN": int(quantize),
         "HAS_H0": int(h0 is not None), "HAS_C0": int(c0 is not None),

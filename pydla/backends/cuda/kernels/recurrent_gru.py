@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from pydla.backends.cuda.codegen import c_type, defines, f32, storage_type
+from pydla.backends.cuda.codegen import c_type, defines, storage_type
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.kernels.recurrent import (
     SIMPLE,
     input_projection,
     optional_input,
+    recurrence_values,
+    sequence_strides,
     state_strides,
 )
 from pydla.backends.cuda.layout import LINEAR, Placement
@@ -207,17 +209,10 @@ def bind_gru(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     units = dirs * batch * hidden
     hst = ctx.scratch(2 * units * 4)
     f32_t = DType.FLOAT32
-    if y is not None:
-        ys = y.strides
-        y_strides = (ys[1], ys[2], ys[0], ys[3]) if layout else ys
-    else:
-        y_strides = (0, 0, 0, 0)
+    y_strides = sequence_strides(y, layout)
     h0s, yhs = state_strides(h0, layout), state_strides(yh, layout)
-    clip = a.get("clip")
     values: dict[str, Any] = {
-        "T": steps, "B": batch, "HS": hidden, "D": dirs,
-        "REVERSE": 1 if direction == "reverse" else (2 if dirs == 2 else 0),
-        "CLIP": f32(float(clip)) if clip is not None else "0.f",
+        **recurrence_values(steps, batch, hidden, dirs, direction, a.get("clip")),
         "HAS_H0": int(h0 is not None), "HAS_LENS": int(lens_p is not None),
         "HAS_Y": int(y is not None), "HAS_YH": int(yh is not None),
         "TH0": c_type(h0.dtype if h0 is not None else f32_t, where),
