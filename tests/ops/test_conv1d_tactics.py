@@ -1,6 +1,6 @@
 """1-D convolutions on the 2-D fast tactics (pydla.backends.cpu.conv1d): every tactic that
 applies to the height-1 view runs the 1-D layer and matches onnxruntime — strides,
-dilations, pads, groups, a bias, fused epilogues (ReLU, a residual Add)."""
+dilations, pads, groups, a bias, fused epilogues (ReLU and a residual Add, a sequence mask)."""
 
 from __future__ import annotations
 
@@ -25,32 +25,41 @@ CASES = {  # (N, C, L, M, K, stride, dilation, pads, group)
 }
 
 
-def _model(case: str, epilogue: bool):  # noqa: ANN202
+def _model(case: str, epilogue: str | None):  # noqa: ANN202
     n, c, length, m, k, s, d, pads, g = CASES[case]
     rng = np.random.default_rng(len(case))
     w = rng.standard_normal((m, c // g, k)).astype(np.float32) * 0.2
     b = rng.standard_normal(m).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[s], dilations=[d],
                               pads=list(pads), group=g)]
-    out = "c"
-    if epilogue:
+    out, inputs = "c", {"x": (np.float32, [n, c, length])}
+    x = rng.standard_normal((n, c, length)).astype(np.float32)
+    feeds = {"x": x}
+    if epilogue == "Relu":  # runs inside the conv kernels
         nodes += [helper.make_node("Relu", ["c"], ["r"]),
                   helper.make_node("Add", ["r", "c"], ["y"])]
         out = "y"
-    model = make_model(nodes, {"x": (np.float32, [n, c, length])}, [out], {"w": w, "b": b})
-    x = rng.standard_normal((n, c, length)).astype(np.float32)
-    return model, x
+    elif epilogue == "mask":
+        # a sequence mask (N, 1, L) as in piper's TTS: the generic epilogue runs it on the
+        # height-1 views, its steps' shapes with the unit axis too
+        out_len = (length + sum(pads) - (k - 1) * d - 1) // s + 1
+        nodes += [helper.make_node("Mul", ["c", "mask"], ["y"])]
+        out = "y"
+        inputs["mask"] = (np.float32, [n, 1, out_len])
+        feeds["mask"] = (rng.random((n, 1, out_len)) > 0.3).astype(np.float32)
+    model = make_model(nodes, inputs, [out], {"w": w, "b": b})
+    return model, feeds
 
 
-@pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "epilogue"])
+@pytest.mark.parametrize("epilogue", [None, "Relu", "mask"], ids=["plain", "relu", "mask"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_built_layer_matches_onnxruntime(case, epilogue):
-    model, x = _model(case, epilogue)
-    want = run_ort(model, {"x": x})
+    model, feeds = _model(case, epilogue)
+    want = run_ort(model, feeds)
     data = build(model, BuildOptions(autotune=False))
     layer = next(lay for lay in read_loadable(data).layers if lay.op == "Conv")
     assert layer.tactic != REFERENCE, "a 2-D tactic takes the 1-D layer"
-    assert_close(LoadedModule(data).run([x]), want, rtol=1e-4, atol=1e-4)
+    assert_close(LoadedModule(data).run(feeds), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

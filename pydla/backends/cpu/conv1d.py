@@ -42,13 +42,13 @@ def _axis(rank: int) -> int | None:
     return rank - 1 if rank >= 2 else None
 
 
+def _shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    axis = _axis(len(shape))
+    return shape if axis is None else (*shape[:axis], 1, *shape[axis:])
+
+
 def _spec(t: TensorSpec | None) -> TensorSpec | None:
-    if t is None:
-        return None
-    axis = _axis(len(t.shape))
-    if axis is None:
-        return t
-    return TensorSpec((*t.shape[:axis], 1, *t.shape[axis:]), t.dtype)
+    return None if t is None else TensorSpec(_shape(tuple(t.shape)), t.dtype)
 
 
 def as_2d(spec: LayerSpec) -> LayerSpec:
@@ -60,6 +60,10 @@ def as_2d(spec: LayerSpec) -> LayerSpec:
     a.update(strides=[1, int(s)], dilations=[1, int(d)], pads=[0, int(p0), 0, int(p1)])
     if a.get("kernel_shape"):
         a["kernel_shape"] = [1, *a["kernel_shape"]]
+    epi = a.get("epilogue")
+    if epi:  # its steps' shapes take the unit axis too (the generic epilogue checks them)
+        a["epilogue"] = {**epi, "program": [{**st, "shape": list(_shape(tuple(st["shape"])))}
+                                            for st in epi["program"]]}
     return LayerSpec(spec.name, spec.op, a, tuple(_spec(t) for t in spec.inputs),
                      tuple(_spec(t) for t in spec.outputs), spec.tactic)
 
