@@ -173,14 +173,14 @@ def time_tactic(spec: LayerSpec, name: str, inputs: list[np.ndarray | None],
     spec = LayerSpec(spec.name, spec.op, spec.attrs, spec.inputs, spec.outputs, name)
     outs = [np.empty(s.shape, s.dtype.np) for s in spec.outputs]
     step = prebind(bind_layer(spec), inputs, outs)
+    if not one_thread:
+        return _fastest(step, budget_s, max_runs, cold)
     count = threads.current_count()
-    if one_thread:
-        numba.set_num_threads(1)
+    numba.set_num_threads(1)
     try:
         return _fastest(step, budget_s, max_runs, cold)
     finally:
-        if one_thread:
-            numba.set_num_threads(count)
+        numba.set_num_threads(count)
 
 
 def _fastest(step: Callable[[], Any], budget_s: float, max_runs: int, cold: bool) -> float:
@@ -318,7 +318,7 @@ class LayerTimer:
                     inputs = sample_inputs(spec, consts, self.rng)
                 timings[runner_up] = time_tactic(spec, runner_up[:-len(ONE_THREAD)], inputs,
                                                  cold=self.cold, one_thread=True)
-        if cache is not None and timings != known:
+        if cache is not None and timings.keys() - known.keys():
             cache.entries[key] = {**known, **timings}
         return timings
 
