@@ -250,7 +250,8 @@ def build(model: onnx.ModelProto | str | os.PathLike[str] | bytes,
     if options.target == "cuda" and autotune_on_gpu(options, meta["target"].get("cuda_arch")):
         tuned = _tune_on_gpu(data, options)
         meta["target"]["cuda_tactics"] = tuned["tactics"]
-        meta["build"]["cuda_autotune"] = {k: tuned[k] for k in ("seconds", "timed_layers", "ms")}
+        meta["build"]["cuda_autotune"] = {k: tuned[k] for k in ("seconds", "timed_layers", "ms",
+                                                                 "env")}
         data = write_loadable(meta, weights)
     limit = options.mem_pools.get("workspace")
     if limit is not None:

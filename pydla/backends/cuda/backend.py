@@ -7,7 +7,9 @@ A loadable tuned at build (``BuildOptions(target="cuda")`` on a GPU machine) nam
 layer's tactic in ``target["cuda_tactics"]``: only that candidate is built and nothing is
 timed. Otherwise (or where the recorded candidate cannot be built here) every candidate is
 built, timed on the GPU, and the fastest kept — which is also how the builder tunes
-(``pydla.backends.cuda.tuning``).
+(``pydla.backends.cuda.tuning``). Built cuDNN plans go to an on-disk cache keyed by graph,
+GPU and library versions (``plan_cache``; the build's tuning fills it): a later load on
+the same GPU and libraries deserializes them and builds none.
 
 Running: ``enqueue`` puts a task on the caller's stream — device-to-device copies of the
 inputs into the arena, the graph launch, copies of the outputs — and returns without
@@ -42,6 +44,7 @@ from pydla.backends.cuda.driver import (
 from pydla.backends.cuda.instrument import Instrument
 from pydla.backends.cuda.kernels.pointwise import Operand, copy_program, elementwise_launch
 from pydla.backends.cuda.layout import NHWC, Lifetime, Placement, activation_layout, plan_arena
+from pydla.backends.cuda.plan_cache import cache_dir, tuning_env_note
 from pydla.backends.cuda.registry import KERNELS, Candidate, Launch
 from pydla.errors import IncompatibleLoadableError, KernelError, LoadableError, PydlaError
 from pydla.loadable.program import Program
@@ -64,7 +67,9 @@ class CudaBackend:
     turns it off to tune), ``reps`` (timed runs per candidate), ``tune_only`` (bind and
     choose, but neither run nor capture: what the builder needs), ``progress(done, total)``,
     ``instrument`` (time tasks on the GPU for task statistics and the task timeout:
-    ``pydla.backends.cuda.instrument``; the cuDLA device turns it on).
+    ``pydla.backends.cuda.instrument``; the cuDLA device turns it on), ``plan_cache``
+    (read and write the cuDNN plan cache, ``pydla.backends.cuda.plan_cache``; its
+    directory comes from ``$PYDLA_CUDNN_PLAN_CACHE``, ``off`` disables it).
     """
 
     name = "cuda"
@@ -73,7 +78,7 @@ class CudaBackend:
                  log: Callable[[str], Any] | None = None, recorded: bool = True,
                  reps: int = 3, tune_only: bool = False,
                  progress: Callable[[int, int], Any] | None = None,
-                 instrument: bool = False) -> None:
+                 instrument: bool = False, plan_cache: bool = True) -> None:
         self.device = device
         self.autotune = autotune
         self.graph = graph
@@ -83,6 +88,7 @@ class CudaBackend:
         self.tune_only = tune_only
         self.progress = progress
         self.instrument = instrument  # task statistics and timeout (the cuDLA device)
+        self.plan_cache = plan_cache
 
     def supported_ops(self) -> frozenset[str]:
         return frozenset(KERNELS)
@@ -116,13 +122,15 @@ class CudaProgram:
         self.graph_error: str | None = None
         started = time.perf_counter()
         self._plan_memory()
-        self.ctx = BindContext(program, dict(self.placements), self.stream)
+        self.ctx = BindContext(program, dict(self.placements), self.stream, backend.device,
+                               cache_dir() if backend.plan_cache else None)
         self.choices: list[LayerChoice] = []
         self.launches: list[Launch] = []
         self.layer_of_launch: list[int] = []  # layer index per launch (-1: an edge copy)
         recorded = program.target.get("cuda_tactics") if backend.recorded else None
         self.recorded: dict[str, str] = dict(recorded) if isinstance(recorded, dict) else {}
         self._bind_layers()
+        self._note_plans()
         # Weights went up through CuPy on the legacy stream, whose host-to-device copies may
         # still be in flight; the module's stream does not wait for that stream by itself.
         self.device.synchronize()
@@ -258,6 +266,20 @@ class CudaProgram:
                 self.launches.append(self._edge_copy(self.placements[io.tensor],
                                                      self.io[io.tensor], "output"))
                 self.layer_of_launch.append(-1)
+
+    def _note_plans(self) -> None:
+        """Carry the plan cache's notes over; where plans had to be built for a loadable
+        tuned under another GPU or cuDNN, say so."""
+        plans = self.ctx.plans_used
+        if plans is None:
+            return
+        self.ctx.notes.extend(plans.notes)
+        autotune = self.program.build.get("cuda_autotune")
+        if plans.stats.built and self.recorded and isinstance(autotune, dict):
+            note = tuning_env_note(autotune.get("env"), plans.fingerprint)
+            if note is not None:
+                self._log(note)
+                self.ctx.notes.append(note)
 
     def _candidates(self, layer: Any, wanted: str | None) -> list[Candidate]:
         binder = KERNELS[layer.op]
@@ -400,6 +422,8 @@ class CudaProgram:
                 "tactics": {c.layer: c.tactic for c in self.choices},
                 "timed_layers": sum(c.source == "timed" for c in self.choices),
                 "recorded_layers": sum(c.source == "recorded" for c in self.choices),
+                "cudnn_plans": (self.ctx.plans_used.stats.as_dict()
+                                if self.ctx.plans_used is not None else None),
                 "notes": list(self.ctx.notes)}
 
     def close(self) -> None:
@@ -409,6 +433,6 @@ class CudaProgram:
                 if graph is not None:
                     graph.close()
             self.graph = self.profiled = None
+            self.launches.clear()  # their cuDNN graphs go before the handle (ctx.close)
             self.ctx.close()
             self.done.close()
-            self.launches.clear()

@@ -8,13 +8,16 @@ import os
 import sys
 import sysconfig
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
 from pydla.backends.cuda.codegen import PRELUDE
+from pydla.backends.cuda.driver import arch_name
 from pydla.backends.cuda.layout import LINEAR, Placement
+from pydla.backends.cuda.plan_cache import Fingerprint, PlanCache
 from pydla.backends.cuda.registry import Candidate, Launch
 from pydla.errors import KernelError
 from pydla.loadable.program import Program
@@ -51,12 +54,35 @@ def cudnn_module() -> Any:
     return _CUDNN or None
 
 
+_FINGERPRINTS: dict[int, Fingerprint] = {}
+
+
+def fingerprint(ordinal: int) -> Fingerprint:
+    """The GPU and library versions a serialized cuDNN plan is valid for (once per
+    process and device)."""
+    found = _FINGERPRINTS.get(ordinal)
+    if found is None:
+        name = cp.cuda.runtime.getDeviceProperties(ordinal)["name"]
+        cudnn = cudnn_module()
+        found = Fingerprint(
+            gpu=name.decode() if isinstance(name, bytes) else str(name),
+            arch=arch_name(ordinal), driver=int(cp.cuda.runtime.driverGetVersion()),
+            cudnn=int(cudnn.backend_version()) if cudnn else 0,
+            frontend=str(getattr(cudnn, "__version__", "")) if cudnn else "")
+        _FINGERPRINTS[ordinal] = found
+    return found
+
+
 class BindContext:
     def __init__(self, program: Program, placements: dict[int, Placement],
-                 stream: cp.cuda.Stream) -> None:
+                 stream: cp.cuda.Stream, ordinal: int = 0,
+                 plan_dir: Path | None = None) -> None:
         self.program = program
         self.placements = placements
         self.stream = stream
+        self.ordinal = ordinal
+        self._plan_dir = plan_dir  # the cuDNN plan cache's directory (None: off)
+        self._plans: PlanCache | None = None
         self.keep: list[Any] = []  # device buffers the bound layers read (weights, staging)
         self._functions: dict[tuple[str, str], Any] = {}
         self._cudnn_handle: Any = None
@@ -172,6 +198,18 @@ class BindContext:
             self._cudnn_handle = self.cudnn.create_handle()
         return self._cudnn_handle
 
+    @property
+    def plans(self) -> PlanCache:
+        """The cuDNN plan cache (made on first use: a program without cuDNN graphs never
+        queries the library versions)."""
+        if self._plans is None:
+            self._plans = PlanCache(self._plan_dir, fingerprint(self.ordinal))
+        return self._plans
+
+    @property
+    def plans_used(self) -> PlanCache | None:
+        return self._plans
+
     def need_workspace(self, nbytes: int) -> None:
         if nbytes and (self.workspace is None or self.workspace.nbytes < nbytes):
             self.workspace = cp.empty(nbytes, dtype=cp.uint8)
@@ -194,11 +232,12 @@ class BindContext:
         return cp.cuda.get_elapsed_time(start, end) / reps
 
     def close(self) -> None:
+        # the cuDNN graphs (in ``keep``) go before the handle they were built with
+        self.keep.clear()
+        self.workspace = None
         if self._cudnn_handle is not None:
             self.cudnn.destroy_handle(self._cudnn_handle)
             self._cudnn_handle = None
-        self.keep.clear()
-        self.workspace = None
 
 
 def dims_strides(p: Placement) -> tuple[list[int], list[int]]:

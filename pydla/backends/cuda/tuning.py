@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pydla.backends.cuda.backend import CudaBackend, CudaProgram
+from pydla.backends.cuda.context import fingerprint
 from pydla.loadable import read_loadable
 
 
@@ -23,7 +24,9 @@ def tune(data: bytes, device: int = 0, reps: int = 10, log: Callable[[str], Any]
     """Time the candidates of every layer of loadable ``data`` on GPU ``device``.
 
     Returns ``{"tactics": {layer: candidate}, "ms": {layer: time of the choice},
-    "seconds": wall time, "timed_layers": layers with more than one candidate}``.
+    "seconds": wall time, "timed_layers": layers with more than one candidate, "env": the
+    GPU and library versions tuned under}``. The cuDNN plans built go to the plan cache,
+    so the first load on this GPU builds none.
     """
     started = time.perf_counter()
     program = read_loadable(data)
@@ -37,4 +40,4 @@ def tune(data: bytes, device: int = 0, reps: int = 10, log: Callable[[str], Any]
     finally:
         bound.close()
     return {"tactics": tactics, "ms": ms, "seconds": round(time.perf_counter() - started, 3),
-            "timed_layers": timed}
+            "timed_layers": timed, "env": fingerprint(device).as_dict()}

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydla.backends.cuda.context import BindContext
 from pydla.backends.cuda.layout import Placement
+from pydla.backends.cuda.plan_cache import conv_spec
 from pydla.backends.cuda.registry import Launch
 from pydla.dtypes import DType
 
@@ -107,25 +108,70 @@ def suffix_program(program: Sequence[Mapping[str, Any]], n_extra: int, p: int
     return [dict(step, **{"in": [renumber(int(r)) for r in step["in"]]}) for step in program[p:]]
 
 
+# Tensor uids: a deserialized plan binds its tensors by uid, so the built graph names them.
+_X, _W, _B, _Y, _EXTRA = 1, 2, 3, 4, 10
+_HEURISTICS = ("A", "FALLBACK")
+
+
 def conv_graph(ctx: BindContext, x: Placement, w_ptr: int, w_dims: Sequence[int],
                w_strides: Sequence[int], w_dtype: DType, bias: Placement | None,
                program: Sequence[Mapping[str, Any]], extras: Sequence[Placement],
                out: Placement, geometry: ConvGeometry) -> Launch:
     """Build and return the launch of conv (+bias) (+program) as one cuDNN graph; raises
-    if cuDNN has no engine for it."""
+    if cuDNN has no engine for it. The built plan comes from the plan cache when it holds
+    one for this graph, GPU and cuDNN (``plan_cache``), and is stored there otherwise."""
     cudnn = ctx.cudnn
     if cudnn is None:
         raise RuntimeError("the cuDNN frontend (nvidia-cudnn-frontend) is not installed")
+    handle = ctx.cudnn_handle
+    no_tf32 = bool(ctx.program.build.get("no_tf32"))
+    spec = conv_spec(x, w_dims, w_strides, w_dtype, bias, program, extras, out,
+                     (geometry.pre_padding, geometry.post_padding, geometry.stride,
+                      geometry.dilation), _HEURISTICS, no_tf32)
+
+    def build() -> Any:
+        return _build_conv_graph(cudnn, handle, x, w_dims, w_strides, w_dtype, bias, program,
+                                 extras, out, geometry, no_tf32)
+
+    def restore(blob: bytes) -> Any:
+        g = cudnn.pygraph(handle=handle)
+        g.deserialize(blob)
+        int(g.get_workspace_size())  # a plan that cannot answer this is refused here
+        return g
+
+    g = ctx.plans.load_or_build(spec, restore, build,
+                                lambda built: bytes(built.serialize(as_bytes=True)))
+    ctx.need_workspace(int(g.get_workspace_size()))
+    ctx.keep.append(g)
+    pack: dict[int, int] = {_X: x.ptr, _W: w_ptr, _Y: out.ptr}
+    if bias is not None:
+        pack[_B] = bias.ptr
+    used = {int(r) for step in program for r in step["in"]}
+    for e, extra in enumerate(extras):
+        if e + 1 in used:
+            pack[_EXTRA + e] = extra.ptr
+
+    def launch(stream: Any) -> None:
+        cudnn.set_stream(handle, int(stream.ptr))
+        g.execute(pack, ctx.workspace_ptr, handle=handle)
+
+    return launch
+
+
+def _build_conv_graph(cudnn: Any, handle: Any, x: Placement, w_dims: Sequence[int],
+                      w_strides: Sequence[int], w_dtype: DType, bias: Placement | None,
+                      program: Sequence[Mapping[str, Any]], extras: Sequence[Placement],
+                      out: Placement, geometry: ConvGeometry, no_tf32: bool) -> Any:
     io = data_type(cudnn, out.dtype)
     f32 = cudnn.data_type.FLOAT
-    handle = ctx.cudnn_handle
     g = cudnn.pygraph(io_data_type=io, intermediate_data_type=f32, compute_data_type=f32,
                       handle=handle)
     X = g.tensor(name="x", dim=list(x.shape), stride=list(x.strides),
                  data_type=data_type(cudnn, x.dtype))
     W = g.tensor(name="w", dim=list(w_dims), stride=list(w_strides),
                  data_type=data_type(cudnn, w_dtype))
-    pack: dict[Any, int] = {X: x.ptr, W: w_ptr}
+    X.set_uid(_X)
+    W.set_uid(_W)
     if geometry.pre_padding == geometry.post_padding:
         pads: dict[str, Any] = {"padding": list(geometry.pre_padding)}
     else:
@@ -137,7 +183,7 @@ def conv_graph(ctx: BindContext, x: Placement, w_ptr: int, w_dims: Sequence[int]
         k = bias.size
         B = g.tensor(name="b", dim=[1, k, 1, 1], stride=[k, 1, k, k],
                      data_type=data_type(cudnn, bias.dtype))
-        pack[B] = bias.ptr
+        B.set_uid(_B)
         y = g.bias(input=y, bias=B)
     regs: list[Any] = [y]
     used = {int(r) for step in program for r in step["in"]}
@@ -147,7 +193,7 @@ def conv_graph(ctx: BindContext, x: Placement, w_ptr: int, w_dims: Sequence[int]
             continue
         T = g.tensor(name=f"e{e}", dim=list(extra.shape), stride=list(extra.strides),
                      data_type=data_type(cudnn, extra.dtype))
-        pack[T] = extra.ptr
+        T.set_uid(_EXTRA + e)
         regs.append(T)
     for step in program:
         args = [regs[int(r)] for r in step["in"]]
@@ -163,21 +209,14 @@ def conv_graph(ctx: BindContext, x: Placement, w_ptr: int, w_dims: Sequence[int]
         regs.append(y)
     y.set_output(True).set_data_type(io)
     y.set_dim(list(out.shape)).set_stride(list(out.strides))
-    pack[y] = out.ptr
+    y.set_uid(_Y)
     g.validate()
     g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    if out.dtype is DType.FLOAT32 and ctx.program.build.get("no_tf32"):
+    g.create_execution_plans([getattr(cudnn.heur_mode, m) for m in _HEURISTICS])
+    if out.dtype is DType.FLOAT32 and no_tf32:
         # --noTF32: cuDNN's tensor-core engines run float32 data as TF32 (10-bit mantissa);
         # without them the convolution computes in strict FP32.
         g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
     g.check_support()
     g.build_plans()
-    ctx.need_workspace(int(g.get_workspace_size()))
-    ctx.keep.append(g)
-
-    def launch(stream: Any) -> None:
-        cudnn.set_stream(handle, int(stream.ptr))
-        g.execute(pack, ctx.workspace_ptr, handle=handle)
-
-    return launch
+    return g
