@@ -77,6 +77,8 @@ def agreement(got: list[np.ndarray], want: list[np.ndarray]) -> float:
     """max|pydla - ort| / max(1, max|ort|) over all outputs (the core tolerance is 1e-3)."""
     worst = 0.0
     for g, w in zip(got, want):
+        if isinstance(w, list):  # a ZipMap's {label: probability} rows: the loadable's (N, C)
+            w = [list(row.values()) for row in w]
         w64 = np.asarray(w, np.float64)
         if w64.size:
             err = float(np.max(np.abs(np.asarray(g, np.float64) - w64)))

@@ -17,10 +17,12 @@ import pytest
 from onnx import helper
 
 from pydla.backends.base import LayerSpec, TensorSpec
+from pydla.backends.cpu.kernels import fast_gru
 from pydla.backends.cpu.registry import candidate_tactics
 from pydla.builder import BuildOptions, build
 from pydla.dtypes import DType
 from pydla.engine import LoadedModule
+from pydla.errors import KernelError
 from tests.ops.test_fast_kernels import check_tactic
 from tests.oracle import assert_close, make_model, run_ort
 
@@ -144,12 +146,32 @@ def test_batch_major_layout(op: str, batch: int) -> None:
                  rtol=1e-4, atol=2e-5)
 
 
-def test_sequence_lengths_run_fused_only_when_whole() -> None:
-    model, feeds = _model("GRU", "bidirectional", batch=5, lens=True, initial=True,
-                          linear_before_reset=1)
-    module = _check(model, feeds)  # every length is the sequence's: the fused loop
-    feeds["lens"] = np.array([6, 3, 1, 6, 2], np.int32)  # the reference kernel's case
-    assert_close(module.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=2e-5)
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op,before", [("GRU", 0), ("GRU", 1), ("RNN", 0)])
+def test_sequence_lengths_run_fused(monkeypatch: pytest.MonkeyPatch, direction: str, op: str,
+                                    before: int) -> None:
+    """Lengths shorter than the sequence, an empty one among them, and all of them short
+    (the steps stop at the longest): the fused loop, never the reference, matches ORT."""
+    def no_reference(spec: LayerSpec):  # noqa: ANN202
+        def run(inputs: Any, outputs: Any) -> None:
+            raise AssertionError("the reference kernel ran")
+        return run
+
+    monkeypatch.setattr(fast_gru, "bind_recurrent", no_reference)
+    attrs = {"linear_before_reset": before} if op == "GRU" else {}
+    model, feeds = _model(op, direction, batch=5, lens=True, initial=True, **attrs)
+    module = _check(model, feeds)  # every length is the sequence's
+    for lens in ([6, 3, 1, 6, 2], [0, 3, 1, 6, 2], [2, 1, 2, 0, 1]):
+        feeds["lens"] = np.array(lens, np.int32)
+        assert_close(module.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=2e-5)
+
+
+def test_sequence_lengths_out_of_range_go_to_the_reference() -> None:
+    model, feeds = _model("GRU", "forward", batch=2, lens=True)
+    module = _check(model, feeds)
+    feeds["lens"] = np.array([STEPS + 1, 2], np.int32)
+    with pytest.raises(KernelError, match=r"sequence_lens \[7, 2\] must lie in \[0, 6\]"):
+        module.run(feeds)
 
 
 def test_autotuner_chooses_fused_gates() -> None:

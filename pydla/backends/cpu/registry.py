@@ -54,25 +54,27 @@ def tactic(op: str, name: str, *, applies: Callable[[LayerSpec], bool],
         table = TACTICS.setdefault(op, {})
         if name in table or name == REFERENCE:
             raise RuntimeError(f"tactic {op}/{name} registered twice")
-        bind, test = (binder, applies) if op != "Conv" else _with_1d(binder, applies)
+        bind, test = (binder, applies) if op != "Conv" else _with_2d_views(binder, applies)
         table[name] = Tactic(op, name, bind, test, native_epilogue, priority)
         return binder
 
     return register
 
 
-def _with_1d(binder: Binder, applies: Callable[[LayerSpec], bool]
-             ) -> tuple[Binder, Callable[[LayerSpec], bool]]:
-    """A 2-D Conv tactic that also runs 1-D layers, as height-1 ones (pydla.backends.cpu.
-    conv1d)."""
-    from pydla.backends.cpu import conv1d
+def _with_2d_views(binder: Binder, applies: Callable[[LayerSpec], bool]
+                   ) -> tuple[Binder, Callable[[LayerSpec], bool]]:
+    """A 2-D Conv tactic that also runs 1-D layers and flat 3-D ones, on 2-D views of their
+    arrays (pydla.backends.cpu.conv_as_2d)."""
+    from pydla.backends.cpu import conv_as_2d
 
     def bind(spec: LayerSpec) -> RunFn:
-        return conv1d.adapt(binder(conv1d.as_2d(spec))) if conv1d.is_1d(spec) else \
-            binder(spec)
+        if conv_as_2d.applies_to(spec):
+            return conv_as_2d.adapt(spec, binder(conv_as_2d.as_2d(spec)))
+        return binder(spec)
 
     def test(spec: LayerSpec) -> bool:
-        return applies(conv1d.as_2d(spec)) if conv1d.is_1d(spec) else applies(spec)
+        return applies(conv_as_2d.as_2d(spec)) if conv_as_2d.applies_to(spec) else \
+            applies(spec)
 
     return bind, test
 

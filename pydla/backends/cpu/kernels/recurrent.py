@@ -19,6 +19,7 @@ import numpy as np
 
 from pydla.backends.base import LayerSpec, RunFn
 from pydla.backends.cpu.registry import kernel
+from pydla.errors import KernelError
 
 Inputs = Sequence[np.ndarray | None]
 Outputs = Sequence[np.ndarray]
@@ -206,6 +207,9 @@ def bind_recurrent(spec: LayerSpec) -> RunFn:
             h0 = None if h0 is None else h0.transpose(1, 0, 2)
             c0 = None if c0 is None else c0.transpose(1, 0, 2)
         lengths = np.full(batch, steps, np.int64) if lens is None else lens.astype(np.int64)
+        if lengths.size and (lengths.min() < 0 or lengths.max() > steps):
+            raise KernelError(spec.name, op, f"sequence_lens {lengths.tolist()} must lie in "
+                              f"[0, {steps}], the sequence's length")
         valid = None
         if np.any(lengths != steps):
             valid = t_index < lengths[None, :]
