@@ -125,6 +125,7 @@ def build_graph(model: onnx.ModelProto, options: BuildOptions,
                          "layer and does not run a Loop layer's body: build this model "
                          "without them")
     ctx = ctx or PassContext(verbose=options.verbose, echo=options.log)
+    ctx.target = options.target
     autotune = options.autotune and options.opt_level >= 3 and options.target == "cpu"
     check_build_memory(graph, limit, how, autotune=autotune,
                        calibration=bool(options.calibration), fold_limit=ctx.fold_limit_bytes)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 
 from pydla.dtypes import DType
-from pydla.loadable.validate import Expected, LayerCheck, rule
+from pydla.loadable.validate import Expected, LayerCheck, broadcast, rule
+from pydla.ops import POINTWISE
 
 _QUANT = (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16)
 _FLOATS = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
@@ -101,3 +102,56 @@ def _qlinear_softmax(check: LayerCheck) -> Expected:
     if not axes:
         raise check.fail(".attrs.axes", "no axis to normalize over")
     return [(x.shape, x.dtype)]
+
+
+_QPOINTWISE_TYPES = {"QuantizeLinear": ((DType.FLOAT32,), (DType.INT8, DType.UINT8)),
+                     "DequantizeLinear": ((DType.INT8, DType.UINT8), (DType.FLOAT32,))}
+
+
+@rule("QPointwise")
+def _qpointwise(check: LayerCheck) -> Expected:
+    """A pointwise program over float32 with Q/DQ steps between it and 8-bit registers
+    (pydla.backends.cpu.kernels.qlinear_pointwise): operands are earlier registers of the
+    types the step takes, shapes broadcast, Q/DQ parameters finite and in range."""
+    check.arity(1, 4096)
+    program = check.attrs.get("program")
+    if not isinstance(program, list) or not 0 < len(program) <= 4096:
+        raise check.fail(".attrs.program", "a program is a non-empty list of steps")
+    regs = [(check.x(k).shape, check.x(k).dtype) for k in range(len(check.ins))]
+    for i, step in enumerate(program):
+        path = f".attrs.program[{i}]"
+        op = step.get("op") if isinstance(step, dict) else None
+        if op not in POINTWISE and op not in _QPOINTWISE_TYPES:
+            raise check.fail(path, "a step is an object naming a pointwise op, "
+                             "QuantizeLinear or DequantizeLinear")
+        ins, shape = step.get("in"), step.get("shape")
+        if not isinstance(ins, list) or not ins or any(
+                isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < len(regs)
+                for r in ins):
+            raise check.fail(f"{path}.in", f"{ins!r} are not registers in [0, {len(regs)})")
+        try:
+            dtype = DType.from_name(step.get("dtype"))
+        except (ValueError, TypeError):
+            raise check.fail(f"{path}.dtype", f"unknown dtype {step.get('dtype')!r}") from None
+        takes, gives = _QPOINTWISE_TYPES.get(op, ((DType.FLOAT32,), (DType.FLOAT32,)))
+        if any(regs[r][1] not in takes for r in ins) or dtype not in gives or \
+                (op in _QPOINTWISE_TYPES and len(ins) != 1):
+            raise check.fail(path, f"{op} of {[regs[r][1].name.lower() for r in ins]} "
+                             f"giving {dtype.name.lower()}")
+        if op in _QPOINTWISE_TYPES:
+            attrs = step.get("attrs")
+            scale = attrs.get("scale") if isinstance(attrs, dict) else None
+            zp = attrs.get("zero_point") if isinstance(attrs, dict) else None
+            eight = dtype if op == "QuantizeLinear" else regs[ins[0]][1]
+            lo, hi = (-128, 127) if eight is DType.INT8 else (0, 255)
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
+                    not math.isfinite(scale) or scale <= 0 or isinstance(zp, bool) or \
+                    not isinstance(zp, int) or not lo <= zp <= hi:
+                raise check.fail(f"{path}.attrs", f"scale {scale!r} and zero point {zp!r}: "
+                                 f"a positive finite scale, a zero point in [{lo}, {hi}]")
+        want = broadcast(check, [regs[r][0] for r in ins], path)
+        if not isinstance(shape, list) or tuple(shape) != want:
+            raise check.fail(f"{path}.shape", f"{shape!r} is not the broadcast {want} of its "
+                             "operands")
+        regs.append((want, dtype))
+    return [regs[-1]]

@@ -19,6 +19,7 @@ from pydla.passes.fold_constants import FoldConstants
 from pydla.passes.fold_pad import FoldPad
 from pydla.passes.fold_qdq import FoldQDQ
 from pydla.passes.fold_qdq_moves import FoldQDQMoves
+from pydla.passes.fold_qdq_pointwise import FoldQDQPointwise
 from pydla.passes.fuse_pointwise import FuseEpilogue, FusePointwise
 from pydla.passes.manager import PassManager
 from pydla.passes.matmul_to_gemm import MatMulToGemm
@@ -32,6 +33,7 @@ def default_passes() -> list[Pass]:
         EliminateDead(),
         EliminateIdentity(),
         FoldQDQMoves(),
+        FoldQDQPointwise(),
         FoldQDQ(),
         FoldConstants(),
         EliminateCommonSubexpressions(),

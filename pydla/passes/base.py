@@ -20,6 +20,9 @@ class PassContext:
     # Facts the loadable records in its build section (``int8``: pydla.quantization's scales
     # and each layer's precision with the reason).
     records: dict[str, Any] = field(default_factory=dict)
+    # The backend the build is for ("cpu", "cuda"): passes that make CPU-only layers
+    # (fold_qdq_pointwise's QPointwise) leave other targets' graphs alone.
+    target: str = "cpu"
 
     def note(self, message: str) -> None:
         self.log.append(message)

@@ -150,10 +150,10 @@ class LowerBatchNorm(RewritePass):
     name = "lower_batchnorm"
 
     def rewrite(self, graph: Graph, uses: Uses, node: Node, ctx: PassContext) -> bool:
-        return node.op == "BatchNormalization" and _lower(graph, node, ctx)
+        return node.op == "BatchNormalization" and lower_to_affine(graph, node, ctx)
 
 
-def _lower(graph: Graph, bn: Node, ctx: PassContext) -> bool:
+def lower_to_affine(graph: Graph, bn: Node, ctx: PassContext) -> bool:
     """BatchNormalization → Mul(x, scale) → Add(·, shift), per-channel float32 constants."""
     x, y = bn.inputs[0], bn.outputs[0]
     if x is None or x.dtype is not DType.FLOAT32 or y.dtype is not DType.FLOAT32 or \

@@ -12,7 +12,7 @@ from pydla.passes import PassContext, PassManager, default_passes
 from pydla.quantization.implicit import Int8Options, quantize_implicitly
 
 # Fusions would hide the tensors calibration names and the layers Q/DQ go around.
-FUSIONS = frozenset({"fuse_pointwise", "fuse_epilogue"})
+FUSIONS = frozenset({"fuse_pointwise", "fuse_epilogue", "fold_qdq_pointwise"})
 
 
 def quantize_for_build(graph: Graph, options: Int8Options, ctx: PassContext, *,

@@ -87,6 +87,7 @@ CPU_ONLY: dict[str, str] = {
     "SoftmaxCrossEntropyLoss": "no kernel yet (int64 labels)",
     "ConstantOfShape": "no kernel yet (folded at build when its shape input is constant)",
     "QConv": "int8 convolution: no kernel yet (issue 26 item 3: cuDNN int8)",
+    "QPointwise": "8-bit pointwise programs: CPU builds only (fold_qdq_pointwise)",
     "QLinearSoftmax": "no kernel yet (int8/uint8 tensors)",
     # float ops without a kernel yet
     **{op: "no kernel yet" for op in (

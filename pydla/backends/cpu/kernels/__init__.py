@@ -28,6 +28,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     ml_scores,
     normalization,
     pooling,
+    qlinear_pointwise,
     qlinear_quantize,
     qlinear_reference,
     qlinear_tactic,
