@@ -18,6 +18,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     fast_pooling_c16,
     fast_pooling_rows,
     fast_resize,
+    fast_scatter,
     fast_softmax,
     fast_transpose,
     indexing,
