@@ -195,11 +195,15 @@ def produced(v: Value | None, op: str) -> bool:
 class _Program:
     """The QPointwise program of a chain: its inputs and steps."""
 
-    def __init__(self, shared: dict[int, Node]) -> None:
+    def __init__(self, graph: Graph, shared: dict[int, Node]) -> None:
+        self.graph = graph
         self.inputs: list[Value] = []
         self.steps: list[Step] = []
         self.registers: dict[int, int] = {}  # id(Value) -> register
         self.shared = shared
+        # a DequantizeLinear step's result -> (its operand's register, scale, zero point,
+        # 8-bit type): a Q of it with the same parameters gives the operand back exactly
+        self.dequantized: dict[int, tuple[int, float, int, DType]] = {}
 
     def register(self, v: Value) -> int:
         dq = self.shared.get(id(v))
@@ -214,14 +218,32 @@ class _Program:
         self.steps.append({"op": op, "in": ins, "attrs": attrs, "shape": list(out.shape),
                            "dtype": out.dtype.name.lower()})
 
-    def node(self, node: Node) -> None:
-        """Append ``node``'s steps; its operands are inputs or earlier steps' results."""
+    def node(self, node: Node, final: bool = False) -> None:
+        """Append ``node``'s steps; its operands are inputs or earlier steps' results
+        (``final``: the layer's result, always a step of its own)."""
         if node.op in ("QuantizeLinear", "DequantizeLinear"):
             scale, zp = qdq_params(node)  # type: ignore[misc]
-            x = node.inputs[0]
+            x, y = node.inputs[0], node.outputs[0]
             assert x is not None
-            self.add(node.op, [self.register(x)], node.outputs[0],
-                     {"scale": scale, "zero_point": zp})
+            if node.op == "DequantizeLinear" and x.const is not None:
+                # a constant's dequantized value (the DQ kernel's float32 arithmetic) is an
+                # input, not a step per element
+                value = (x.const.astype(np.float32) - np.float32(zp)) * np.float32(scale)
+                const = Value(self.graph.unique_name(f"{x.name}_dequantized"), x.shape,
+                              DType.FLOAT32, const=value.astype(np.float32))
+                self.registers[id(y)] = self.register(const)
+                return
+            operand = self.register(x)
+            if node.op == "QuantizeLinear" and not final:
+                back = self.dequantized.get(id(x))
+                if back is not None and back[1:] == (scale, zp, y.dtype):
+                    # Q(DQ(q)) with DQ's parameters is q: |q - zp| ≤ 255 survives the
+                    # float32 round trip well inside rint's half step
+                    self.registers[id(y)] = back[0]
+                    return
+            self.add(node.op, [operand], y, {"scale": scale, "zero_point": zp})
+            if node.op == "DequantizeLinear":
+                self.dequantized[id(y)] = (operand, scale, zp, x.dtype)
         else:
             ins, steps = to_program(node)
             base = [self.register(v) for v in ins]
@@ -263,9 +285,9 @@ class FoldQDQPointwise(RewritePass):
         nodes = chain.nodes()
         if len(nodes) < 2:
             return False
-        program = _Program(chain.shared)
+        program = _Program(graph, chain.shared)
         for node in nodes:
-            program.node(node)
+            program.node(node, final=node is root)
         steps = program.finish()
         layer = Node("QPointwise", graph.unique_node_name(root.name), list(program.inputs),
                      [root.outputs[0]], {"program": steps})

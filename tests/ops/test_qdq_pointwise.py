@@ -174,3 +174,42 @@ def test_bad_programs_name_the_step() -> None:
         with pytest.raises(KernelError, match=words):
             qlinear_pointwise.bind_qpointwise(_spec(program, [x], out))
         assert not qlinear_pointwise._applies(_spec(program, [x], out))
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc", "int8"])
+def test_table_tactic_is_the_reference_bit_for_bit(layout: str) -> None:
+    """A long chain of one full 8-bit input and per-channel operands runs as a table
+    lookup; constants fill it once, a writeable (run-time) operand at every run."""
+    shape, small = ((1, 8, 16, 21), (1, 8, 1, 1)) if layout != "nhwc" else \
+        ((1, 16, 21, 8), (1, 1, 1, 8))
+    xt = "int8" if layout == "int8" else "uint8"
+    ins = [TensorSpec(shape, DType.from_name(xt)), TensorSpec(small, DType.FLOAT32)]
+    program = [_step("DequantizeLinear", [0], shape, scale=0.05, zero_point=-3 if xt == "int8"
+                     else 120)]
+    reg = 2
+    for k, op in enumerate(["Mul", "Add", "HardSwish"]):
+        program.append(_step(op, [reg] if op == "HardSwish" else [reg, 1], shape))
+        program.append(_step("QuantizeLinear", [reg + 1], shape, "uint8",
+                             scale=0.04 + 0.01 * k, zero_point=100 + k))
+        program.append(_step("DequantizeLinear", [reg + 2], shape, scale=0.04 + 0.01 * k,
+                             zero_point=100 + k))
+        reg += 3
+    program.pop()  # the last Q is the result
+    spec = _spec(program, ins, TensorSpec(shape, DType.UINT8))
+    assert qlinear_pointwise._table_plan(spec) is not None
+    x = RNG.integers(-128, 128, shape).astype(xt) if xt == "int8" else \
+        RNG.integers(0, 256, shape).astype(np.uint8)
+    for writeable in (False, True):
+        c = RNG.uniform(-2, 2, small).astype(np.float32)
+        c.flags.writeable = writeable
+        want = np.empty(shape, np.uint8)
+        qlinear_pointwise.bind_qpointwise(spec)([x, c], [want])
+        got = np.empty_like(want)
+        run = qlinear_pointwise.bind_table(spec)
+        run([x, c], [got])
+        np.testing.assert_array_equal(got, want)
+        if writeable:  # the table follows the operand's new values
+            c[...] = -c
+            qlinear_pointwise.bind_qpointwise(spec)([x, c], [want])
+            run([x, c], [got])
+            np.testing.assert_array_equal(got, want)
