@@ -13,7 +13,8 @@ Gather/Scatter families, Pad, ArgMax, Tile, TopK, the recurrent layers' steps…
 runs its first candidate made only of such kernels (the recurrent layers' plain projection
 fallback), and a case with a layer that has none (shared memory, barriers or warp shuffles:
 MatMul, reductions, pools, normalization; or cuDNN) is skipped. The cases are
-``tests/gpu/typed_cases.py``'s and ``tests/gpu/coverage_cases.py``'s; integer outputs must
+``tests/gpu/typed_cases.py``'s, ``tests/gpu/coverage_cases.py``'s and ``tests/gpu/int8_cases.py``'s;
+integer outputs must
 match exactly, float ones within the case's bound. Needs g++ (C++17, ``_Float16``: GCC 12
 on x86-64).
 """
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.modules.setdefault("cupy", mock.MagicMock())
 _driver = types.ModuleType("pydla.backends.cuda.driver")
 _driver.memcpy_async = lambda dst, src, n, stream: ctypes.memmove(dst, src, n)  # type: ignore[attr-defined]
+_driver.arch_name = lambda ordinal=0: "host"  # type: ignore[attr-defined]  (plan cache key)
 sys.modules["pydla.backends.cuda.driver"] = _driver
 
 from pydla.backends.cuda import kernels as _kernels  # noqa: E402, F401  (registers them)
@@ -48,7 +50,7 @@ from pydla.backends.cuda.registry import KERNELS, Candidate, Launch  # noqa: E40
 from pydla.builder import BuildOptions, build  # noqa: E402
 from pydla.dtypes import DType  # noqa: E402
 from pydla.engine.module import LoadedModule  # noqa: E402
-from tests.gpu import coverage_cases, typed_cases  # noqa: E402
+from tests.gpu import coverage_cases, int8_cases, typed_cases  # noqa: E402
 
 SHIM = r"""
 #include <cstring>
@@ -84,6 +86,12 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {  /* CUDA's: every NaN is 0x7
   if (f != f) { b.x = 0x7fff; return b; }
   b.x = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); return b; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short s) { __nv_bfloat16 b; b.x = s; return b; }
+inline int __dp4a(int a, int b, int c) {  /* four signed byte products added to c */
+  for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> 8 * i) * (int)(signed char)(b >> 8 * i);
+  return c; }
+inline float __fmul_rn(float a, float b) { return a * b; }  /* g++ contracts nothing here */
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 """
 _PRELUDE = SHIM + PRELUDE.replace("#include <cuda_fp16.h>", "").replace(
     "#include <cuda_bf16.h>", "")
@@ -230,6 +238,8 @@ def main(argv: list[str]) -> int:
         cases[name] = (case, None, [DType.FLOAT16, DType.BFLOAT16])
     for name, (case, bound) in coverage_cases.TOLERANT_CASES.items():
         cases[name] = (case, bound, [None])
+    for name, case in int8_cases.CASES.items():
+        cases[name] = (case, None, [None])
     failures = 0
     with tempfile.TemporaryDirectory(prefix="pydla-emulate-") as tmp:
         for name, (case, bound, precisions) in cases.items():

@@ -59,8 +59,8 @@ CUDA_OPS = frozenset({
     # reduce.py
     "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceProd", "ReduceMax", "ReduceMin",
-    # quantize.py, qgemm.py
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QGemm",
+    # quantize.py, qgemm.py, qconv.py
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QGemm", "QConv",
     # resize.py, shape.py, softmax.py, topk.py, tree_ensemble.py
     "Resize", "Slice", "Split", "Gather", "Softmax", "LogSoftmax", "TopK", "TreeEnsemble",
 })
@@ -75,7 +75,7 @@ _ANY_TYPE = MIXED_OPS | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpos
                          "DepthToSpace", "SpaceToDepth", "GatherElements", "GatherND",
                          "ScatterElements", "ScatterND", "ReverseSequence", "TopK",
                          "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-                         "QGemm", "TreeEnsemble",
+                         "QGemm", "QConv", "TreeEnsemble",
                          "Pointwise"}  # a program's steps are checked one by one
 
 CPU_ONLY: dict[str, str] = {
@@ -86,7 +86,6 @@ CPU_ONLY: dict[str, str] = {
     "NegativeLogLikelihoodLoss": "no kernel yet (int64 targets)",
     "SoftmaxCrossEntropyLoss": "no kernel yet (int64 labels)",
     "ConstantOfShape": "no kernel yet (folded at build when its shape input is constant)",
-    "QConv": "int8 convolution: no kernel yet (issue 26 item 3: cuDNN int8)",
     "QPointwise": "8-bit pointwise programs: CPU builds only (fold_qdq_pointwise)",
     "QLinearSoftmax": "no kernel yet (int8/uint8 tensors)",
     # float ops without a kernel yet
@@ -182,6 +181,12 @@ def _shape_refusal(node: Node) -> str | None:
     rank = len(x.shape) if x is not None else 0
     if node.op == "Conv" and rank not in (3, 4, 5):
         return f"a {rank - 2}-D Conv: the CUDA backend runs 1-D, 2-D and 3-D convolutions only"
+    if node.op == "QConv" and rank not in (3, 4):
+        return f"a {rank - 2}-D int8 convolution: the CUDA backend runs 1-D and 2-D ones only"
+    if node.op == "QConv" and any(v is not None and not v.is_const for v in (
+            node.inputs[3], *node.inputs[5:6], *node.inputs[8:9])):
+        return "int8 weights, their zero points or bias computed at run time: the CUDA " \
+               "kernel repacks them at bind and needs constants"
     if node.op == "ConvTranspose" and rank not in (3, 4):
         return f"a {rank - 2}-D ConvTranspose: the CUDA backend runs 1-D and 2-D transposed " \
                "convolutions only"

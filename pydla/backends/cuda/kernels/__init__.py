@@ -11,6 +11,7 @@ from pydla.backends.cuda.kernels import (
     pad,
     pointwise,
     pooling,
+    qconv,
     qgemm,
     quantize,
     rearrange,
@@ -25,5 +26,5 @@ from pydla.backends.cuda.kernels import (
 )
 
 __all__ = ["argreduce", "conv", "conv_transpose", "gemm", "indexing", "matmul", "normalization",
-           "pad", "pointwise", "pooling", "qgemm", "quantize", "rearrange", "recurrent",
+           "pad", "pointwise", "pooling", "qconv", "qgemm", "quantize", "rearrange", "recurrent",
            "recurrent_gru", "reduce", "resize", "shape", "softmax", "topk", "tree_ensemble"]
