@@ -50,13 +50,15 @@ def _quantized(model: onnx.ModelProto, shape: tuple[int, ...], signed: bool) -> 
 
 
 def _convnet(signed: bool) -> Case:
-    """Conv 3→16 3×3 + Relu, depthwise 3×3 stride 2 + Relu, 1×1 16→24, 3×3 24→24, float
-    residual Add + Relu, 5×5 24→8 + Relu (a float-output QConv), quantized."""
+    """Conv 3→16 3×3 + Relu, 8-bit MaxPool 3×3, depthwise 3×3 stride 2 + Relu, 1×1 16→24,
+    3×3 24→24, float residual Add + Relu, 5×5 24→8 + Relu (a float-output QConv),
+    quantized."""
     def case() -> tuple[onnx.ModelProto, Feeds]:
         shape = (2, 3, 12, 12)
         n = Net("qconvnet", seed=3)
         x = n.input("x", shape)
         a = n.conv(x, 3, 16, k=3, bn=False, bias=True)
+        a = n.op("MaxPool", [a], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
         b = n.conv(a, 16, 16, k=3, s=2, groups=16, bn=False, bias=True)
         c = n.conv(b, 16, 24, k=1, act=None, bn=False, bias=True)
         d = n.conv(c, 24, 24, k=3, act=None, bn=False, bias=True)

@@ -28,6 +28,7 @@ def test_a_quantized_network_has_no_gap_as_built_for_cuda() -> None:
     report = check_cuda_model(model, built=True)
     qconvs = [v for v in report.layers if v.op == "QConv"]
     assert len(qconvs) == 5
+    assert any(v.op == "MaxPool" and v.supported for v in report.layers)  # uint8
     assert report.gaps() == {}, [(v.name, v.refusal) for v in report.layers if not v.supported]
 
 

@@ -162,6 +162,8 @@ def _dtype_refusal(op: str, dtype: DType) -> str | None:
         return "the CUDA backend stores float32/float16/bfloat16, integer and bool tensors"
     if op in _ANY_TYPE or dtype in _FLOATS:
         return None
+    if op == "MaxPool" and dtype in (DType.INT8, DType.UINT8):
+        return None  # pooling.py: an 8-bit MaxPool between int8 layers
     if op == "BitShift" and dtype not in (DType.UINT8, DType.UINT16, DType.UINT32,
                                           DType.UINT64):
         return "the CUDA BitShift shifts unsigned integers only"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pydla.backends.cuda.codegen import c_type
+from pydla.backends.cuda.codegen import c_type, storage_type
 from pydla.backends.cuda.context import BindContext, vec_width
 from pydla.backends.cuda.layout import NHWC, Placement
 from pydla.backends.cuda.registry import Candidate, Launch, kernel
+from pydla.dtypes import DType
 from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
 
@@ -54,6 +55,9 @@ extern "C" __global__ void pool(const TX* __restrict__ x, TY* __restrict__ y) {
 """
 
 
+_BYTES = (DType.INT8, DType.UINT8)
+
+
 def _check(layer: LayerInfo, x: Placement, out: Placement) -> None:
     if x.layout != NHWC or out.layout != NHWC:
         raise KernelError(layer.name, layer.op, "the CUDA backend pools 2-D channels-last "
@@ -77,7 +81,10 @@ def bind_pool(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     strides = [int(s) for s in layer.attrs.get("strides", [1, 1])]
     dilations = [int(d) for d in layer.attrs.get("dilations", [1, 1])]
     vec = vec_width(c, itemsize=x.dtype.itemsize)
-    values = {"TX": c_type(x.dtype, layer.name), "TY": c_type(out.dtype, layer.name),
+    # an 8-bit MaxPool (between int8 layers) picks one of its inputs: exact through float
+    typed = storage_type if layer.op == "MaxPool" and x.dtype in _BYTES and \
+        out.dtype is x.dtype else c_type
+    values = {"TX": typed(x.dtype, layer.name), "TY": typed(out.dtype, layer.name),
               "VEC": vec, "N": n, "C": c, "H": h, "W": w, "OH": oh, "OW": ow, "R": kh,
               "S": kw, "SH": strides[0], "SW": strides[1], "PH": pads[0], "PW": pads[1],
               "PE": pads[2], "PF": pads[3], "DH": dilations[0], "DW": dilations[1],
