@@ -80,6 +80,22 @@ def nan_min(a: float, b: float) -> float:
     return a if (a < b or a != a) else b
 
 
+_THREE = _F(3)
+
+
+@njit(inline="always", error_model="numpy", cache=True)
+def pow32(x: float, y: float) -> float:
+    """Pow as onnxruntime computes it: a square or a cube by multiplying (its special
+    cases), any other exponent by powf. The exponent is a loop-invariant scalar in most
+    models (GELU's x³), so the test costs nothing: a TF-exported GELU's Pow(x, 3) on
+    6.5 M values took 77 ms through powf."""
+    if y == _TWO:
+        return x * x
+    if y == _THREE:
+        return x * x * x
+    return _F(math.pow(x, y))
+
+
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH, cache=True)
 def exp32(x: float) -> float:
     """e^x to ≈ 1 ulp: x = k·ln2 + r, |r| ≤ ln2/2, e^r by Cephes' degree-6 polynomial and

@@ -89,7 +89,7 @@ class _Source:
                  "import numpy as np", "from numba import njit, prange",
                  "from pydla.backends.cpu.kernels.fast_math import (",
                  "    at_least, at_most, erf32, exp32, gelu32, gelu_tanh32, nan_max, nan_min,",
-                 "    sigmoid32, softplus32, tanh32)",
+                 "    pow32, sigmoid32, softplus32, tanh32)",
                  f"FASTMATH = set({sorted(fast_math.FASTMATH)!r})"]
         # float("…") also spells inf and nan, which repr alone does not.
         lines += [f'{name} = np.float32(float("{value!r}"))'

@@ -73,7 +73,7 @@ def _unary(fmt: str) -> Emit:
 FLOAT_OPS: dict[str, Emit] = {
     "Add": _variadic("+"), "Sub": lambda a, attrs, k: f"({a[0]} - {a[1]})",
     "Mul": _variadic("*"), "Div": lambda a, attrs, k: f"({a[0]} / {a[1]})",
-    "Pow": lambda a, attrs, k: f"math.pow({a[0]}, {a[1]})",
+    "Pow": lambda a, attrs, k: f"pow32({a[0]}, {a[1]})",
     "Sum": _variadic("+"),
     "Mean": lambda a, attrs, k: "(" + " + ".join(a) + f") / {k(len(a))}",
     "Max": _extreme("nan_max"), "Min": _extreme("nan_min"),
