@@ -69,6 +69,22 @@ def _convnet(signed: bool) -> Case:
     return case
 
 
+def _wide(signed: bool) -> Case:
+    """Channels in whole 32-byte chunks (the tensor-core kernel's layers): 32→64 3×3,
+    64→96 1×1 stride 2 (a partial channel tile), 96→256 3×3 + Relu (full 128-channel
+    tiles); 3·13·11 pixels (a partial pixel tile)."""
+    def case() -> tuple[onnx.ModelProto, Feeds]:
+        shape = (3, 32, 13, 11)
+        n = Net("qwide", seed=5)
+        x = n.input("x", shape)
+        a = n.conv(x, 32, 64, k=3, bn=False, bias=True)
+        b = n.conv(a, 64, 96, k=1, s=2, act=None, bn=False, bias=True)
+        c = n.conv(b, 96, 256, k=3, bn=False, bias=True)
+        return _quantized(n.model([c]), shape, signed), _feeds(shape, 2)
+
+    return case
+
+
 def _init(name: str, value: np.ndarray) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value), name)
 
@@ -152,6 +168,8 @@ def _qlinear(nd: int, uint8_weights: bool) -> Case:
 CASES: dict[str, Case] = {
     "qdq_convnet_u8": _convnet(False),
     "qdq_convnet_s8": _convnet(True),
+    "qdq_wide_u8": _wide(False),
+    "qdq_wide_s8": _wide(True),
     "residual_int8": lambda: _residual(True),
     "residual_float": lambda: _residual(False),
     "qlinear_conv2d_u8w": _qlinear(2, True),

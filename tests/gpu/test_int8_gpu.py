@@ -1,7 +1,8 @@
 """The CUDA int8 convolution (``kernels/qconv.py``) on the GPU against the CPU backend's
 int8 layers: ``tests/gpu/int8_cases.py``'s networks (QDQ-quantized by onnxruntime, a
 folded residual, QLinearConv and ConvInteger), the same ``--target=cuda`` loadable run on
-both, every output bit for bit, the CUDA graph's replay too."""
+both, every output bit for bit, the CUDA graph's replay too. Without autotuning the first
+candidate runs: the tensor-core kernel (``qconv_mma.py``) where a layer has it."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_int8_convolutions_match_the_cpu_backend(name: str) -> None:
     cpu = LoadedModule(data)
     want = cpu.run(inputs)
     assert any(layer.op == "QConv" for layer in cpu.program.layers)
-    gpu = LoadedModule(data, CudaBackend())
+    gpu = LoadedModule(data, CudaBackend(autotune=False))
     try:
         got = gpu.run(inputs)
         again = gpu.run(inputs)
@@ -41,8 +42,10 @@ def test_int8_convolutions_match_the_cpu_backend(name: str) -> None:
         gpu.bound.close()
     assert summary["graph_error"] is None, summary["graph_error"]
     qconv = {layer.name for layer in cpu.program.layers if layer.op == "QConv"}
-    assert all(t.startswith("nvrtc_") for layer, t in summary["tactics"].items()
-               if layer in qconv), summary["tactics"]
+    tactics = {t for layer, t in summary["tactics"].items() if layer in qconv}
+    assert tactics <= {"nvrtc_mma", "nvrtc_dp4a", "nvrtc_scalar"}, summary
+    if name.startswith("qdq_wide"):  # every layer has whole 32-channel chunks
+        assert tactics == {"nvrtc_mma"}, summary
     assert len(got) == len(want)
     for k, (g, w, a) in enumerate(zip(got, want, again)):
         assert g.dtype == w.dtype and g.shape == w.shape, (name, k, g.dtype, w.dtype)

@@ -1,8 +1,10 @@
 """The CUDA int8 convolution (``kernels/qconv.py``: its dp4a and scalar loops, uint8/int8
 activations, residuals, float and int32 outputs, 1-D) runs on the host through
 ``scripts/cuda_emulate.py`` against the CPU backend's int8 layers, bit for bit, without a
-GPU: ``tests/gpu/int8_cases.py``'s networks. A subprocess, because the emulator stands a
-mock in for CuPy. About 20 s of CPU (g++, onnxruntime's quantizer)."""
+GPU: ``tests/gpu/int8_cases.py``'s networks. (The tensor-core candidate's threads
+cooperate: the emulator runs the dp4a kernel of those layers; the GPU test runs it.)
+A subprocess, because the emulator stands a mock in for CuPy. About 25 s of CPU (g++,
+onnxruntime's quantizer)."""
 
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from pydla.backends.cuda.codegen import defines, f32, storage_type
 from pydla.backends.cuda.context import BindContext
+from pydla.backends.cuda.kernels.qconv_mma import mma_candidate
 from pydla.backends.cuda.kernels.qgemm import (
     _INT_RANGES,
     BIAS,
@@ -57,7 +58,7 @@ from pydla.errors import KernelError
 from pydla.loadable.program import LayerInfo
 from pydla.ops import QUANTIZED_INPUTS
 
-_QCONV = r"""
+EPILOGUE = r"""
 __device__ __forceinline__ float clampf(float v, float lo, float hi) {
   return v < lo ? lo : (v > hi ? hi : v);  /* NaN stays NaN, as np.clip */
 }
@@ -65,6 +66,44 @@ __device__ __forceinline__ float clampf(float v, float lo, float hi) {
 __device__ __forceinline__ float qbound(float bound, float ys, float zp) {
   return clampf(rintf(bound / ys) + zp, QMIN, QMAX);
 }
+/* output channel oc of pixel (n, oh, ow) from its raw sum acc = Σ (x - OFF)·w' */
+__device__ __forceinline__ void finish(int acc, int oc, i64 n, i64 oh, i64 ow, int xz,
+    const int* __restrict__ base, const int* __restrict__ colsum,
+    const TXS* __restrict__ xs, const TWS* __restrict__ ws, const TYS* __restrict__ ys,
+    const TYZ* __restrict__ yzp, const TR* __restrict__ res, TY* __restrict__ y) {
+  const int a = (int)((unsigned)acc + (unsigned)base[oc] - (unsigned)xz * (unsigned)colsum[oc]);
+  const i64 yo = n * YSN + oc * YSC + oh * YSH + ow * YSW;
+#if OUT_INT32
+  y[yo] = a;
+#else
+  const i64 ro = n * RSN + oc * RSC + oh * RSH + ow * RSW;
+  const float xsv = HAS_XS ? (float)ld(xs) : 1.f;
+  const float mult = __fmul_rn(xsv, (float)ld(ws + (WS_CHANNELS ? oc : 0)));
+#if HAS_YS
+  const float ysv = (float)ld(ys);
+  const float zp = HAS_YZP ? (float)ld(yzp) : 0.f;
+  float q = __fmul_rn((float)a, __fdiv_rn(mult, ysv));
+  if (HAS_RES) q = __fadd_rn(q, __fmul_rn((float)ld(res + ro) - RZP, __fdiv_rn(RSCALE, ysv)));
+  q = rintf(q) + zp;
+  q = clampf(q, HAS_CLIP_LO ? fmaxf(QMIN, qbound(CLIP_LO, ysv, zp)) : QMIN,
+             HAS_CLIP_HI ? fminf(QMAX, qbound(CLIP_HI, ysv, zp)) : QMAX);
+#if OUT_FLOAT
+  st(y + yo, __fmul_rn(q - zp, ysv));
+#else
+  st(y + yo, (TY)f2i32(q));
+#endif
+#else
+  float real = __fmul_rn((float)a, mult);
+  if (HAS_RES) real = __fadd_rn(real, (float)ld(res + ro));
+  if (HAS_CLIP_LO) real = real < CLIP_LO ? CLIP_LO : real;
+  if (HAS_CLIP_HI) real = real > CLIP_HI ? CLIP_HI : real;
+  st(y + yo, real);
+#endif
+#endif
+}
+"""
+
+_DIRECT = r"""
 __device__ __forceinline__ int dot(int x, int w, int acc) {
 #if DP4A
   return __dp4a(x, w, acc);
@@ -115,40 +154,9 @@ extern "C" __global__ void qconv(const TX* __restrict__ x, const WT* __restrict_
         }
       }
     }
-    const float xsv = HAS_XS ? (float)ld(xs) : 1.f;
 #pragma unroll
-    for (int j = 0; j < OCB; ++j) {
-      const int oc = oc0 + j;
-      const int a = (int)((unsigned)acc[j] + (unsigned)base[oc]
-                          - (unsigned)xz * (unsigned)colsum[oc]);
-      const i64 yo = n * YSN + oc * YSC + oh * YSH + ow * YSW;
-#if OUT_INT32
-      y[yo] = a;
-#else
-      const i64 ro = n * RSN + oc * RSC + oh * RSH + ow * RSW;
-      const float mult = __fmul_rn(xsv, (float)ld(ws + (WS_CHANNELS ? oc : 0)));
-#if HAS_YS
-      const float ysv = (float)ld(ys);
-      const float zp = HAS_YZP ? (float)ld(yzp) : 0.f;
-      float q = __fmul_rn((float)a, __fdiv_rn(mult, ysv));
-      if (HAS_RES) q = __fadd_rn(q, __fmul_rn((float)ld(res + ro) - RZP, __fdiv_rn(RSCALE, ysv)));
-      q = rintf(q) + zp;
-      q = clampf(q, HAS_CLIP_LO ? fmaxf(QMIN, qbound(CLIP_LO, ysv, zp)) : QMIN,
-                 HAS_CLIP_HI ? fminf(QMAX, qbound(CLIP_HI, ysv, zp)) : QMAX);
-#if OUT_FLOAT
-      st(y + yo, __fmul_rn(q - zp, ysv));
-#else
-      st(y + yo, (TY)f2i32(q));
-#endif
-#else
-      float real = __fmul_rn((float)a, mult);
-      if (HAS_RES) real = __fadd_rn(real, (float)ld(res + ro));
-      if (HAS_CLIP_LO) real = real < CLIP_LO ? CLIP_LO : real;
-      if (HAS_CLIP_HI) real = real > CLIP_HI ? CLIP_HI : real;
-      st(y + yo, real);
-#endif
-#endif
-    }
+    for (int j = 0; j < OCB; ++j)
+      finish(acc[j], oc0 + j, n, oh, ow, xz, base, colsum, xs, ws, ys, yzp, res, y);
   }
 }
 """
@@ -319,6 +327,16 @@ def bind_qconv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
         x.ptr, ctx.upload(weights), ctx.upload(base), ctx.upload(colsum),
         *(q.ptr if q is not None else 0 for q in (p[X_ZP], p[X_SCALE], p[W_SCALE], p[Y_SCALE],
                                                    p[Y_ZP], res)), y.ptr)]
-    name = "dp4a" if dp4a else "scalar"
-    return [Candidate(f"nvrtc_{name}", ctx.kernel_launch(defines(values) + _QCONV, "qconv",
-                                                         total, args))]
+    source = defines(values) + EPILOGUE
+    candidates = []
+    # tensor cores: whole 32-channel chunks, 16-byte aligned at every pixel
+    if dp4a and group == 1 and cg % 32 == 0 and x.ptr % 16 == 0 and \
+            all(s % 16 == 0 for s in (xs4[0], xs4[2], xs4[3])) and ctx.wants("nvrtc_mma"):
+        mma = mma_candidate(ctx, source, packed, batch * out_hw[0] * out_hw[1], m, args)
+        if mma is not None:
+            candidates.append(mma)
+    name = f"nvrtc_{'dp4a' if dp4a else 'scalar'}"
+    if ctx.wants(name) or not candidates:
+        candidates.append(Candidate(name, ctx.kernel_launch(source + _DIRECT, "qconv", total,
+                                                            args)))
+    return candidates
