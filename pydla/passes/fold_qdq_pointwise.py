@@ -233,6 +233,15 @@ class _Program:
                               DType.FLOAT32, const=value.astype(np.float32))
                 self.registers[id(y)] = self.register(const)
                 return
+            if node.op == "QuantizeLinear" and x.const is not None and not final:
+                # a constant's quantized value (the Q kernel's float32 arithmetic)
+                info = np.iinfo(y.dtype.np)
+                q = np.rint(np.divide(x.const.astype(np.float32), np.float32(scale),
+                                      dtype=np.float32)) + np.float32(zp)
+                const = Value(self.graph.unique_name(f"{x.name}_quantized"), x.shape, y.dtype,
+                              const=np.clip(q, info.min, info.max).astype(y.dtype.np))
+                self.registers[id(y)] = self.register(const)
+                return
             operand = self.register(x)
             if node.op == "QuantizeLinear" and not final:
                 back = self.dequantized.get(id(x))
@@ -266,6 +275,72 @@ class _Program:
                 for s in self.steps]
 
 
+# Q round trips after which a chain of one full-size 8-bit operand is worth a table of its
+# own (qlinear_pointwise's tactic ``table``: a lookup per element, however long).
+TABLE_QUANTIZE = 3
+
+
+def _split_for_table(chain: _Chain, root: Node) -> None:
+    """Where two full-size 8-bit tensors meet first (a residual Add) and a long per-channel
+    tail follows (open_nsfw: Add → Q → DQ → Sub → Q → DQ → Mul → Q → DQ → Add → Q), keep
+    the tail alone: the earliest member Q after which only its own output and small
+    operands are read leaves the match with everything before it, and roots a layer of its
+    own on the next sweep. The tail then runs as a table lookup instead of a loop paying
+    every Q's division."""
+    members = chain.members
+    size = root.outputs[0].size
+
+    def ancestors(node: Node) -> set[int]:
+        seen: set[int] = set()
+        todo = [node]
+        while todo:
+            for v in todo.pop().inputs:
+                p = v.producer if v is not None else None
+                if p is not None and id(p) in members and id(p) not in seen:
+                    seen.add(id(p))
+                    todo.append(p)
+        return seen
+
+    def full_leaves(ids: set[int], besides: Value | None = None) -> int:
+        count = 0
+        for key in ids:
+            for v in members[key].inputs:
+                if v is None or v is besides or v.size < size or (
+                        v.producer is not None and id(v.producer) in ids):
+                    continue
+                count += 1
+        return count
+
+    every = set(members)
+    if full_leaves(every) < 2:
+        return
+    small = max((v.size for n in members.values() for v in n.inputs
+                 if v is not None and v.size < size), default=1)
+    if size < 256 * small:  # a table would outgrow the tensor
+        return
+
+    def quantizes(ids: set[int]) -> int:
+        return sum(members[k].op == "QuantizeLinear" for k in ids)
+
+    inner = [q for q in chain.nodes() if q is not root and q.op == "QuantizeLinear"]
+    splits = [(q, ancestors(q) | {id(q)}) for q in inner]
+    # a long tail on one tensor after the join: the earliest such Q; else a long head on
+    # one tensor before it: the latest such Q
+    for q, before in splits:
+        after = every - before
+        if full_leaves(after, q.outputs[0]) == 0 and full_leaves(before) >= 2 and \
+                quantizes(after) >= TABLE_QUANTIZE:
+            break
+    else:
+        for _, before in reversed(splits):
+            if full_leaves(before) == 1 and quantizes(before) >= TABLE_QUANTIZE:
+                break
+        else:
+            return
+    for key in before:
+        del members[key]
+
+
 class FoldQDQPointwise(RewritePass):
     name = "fold_qdq_pointwise"
     ensures = ("qdq_pointwise_folded",)
@@ -282,6 +357,7 @@ class FoldQDQPointwise(RewritePass):
         chain = _Chain(graph, uses, root)
         if chain.batchnorm is not None and _lower_batchnorm(graph, chain.batchnorm, ctx):
             return True  # matched again as Mul/Add on the next sweep
+        _split_for_table(chain, root)
         nodes = chain.nodes()
         if len(nodes) < 2:
             return False

@@ -15,7 +15,7 @@ from pydla.dtypes import DType
 from pydla.engine import LoadedModule
 from pydla.errors import KernelError
 from pydla.loadable import read_loadable
-from pydla.passes import PassContext
+from pydla.passes import PassContext, fold_qdq_pointwise
 from pydla.passes.eliminate_dead import EliminateDead
 from pydla.passes.fold_qdq_pointwise import FoldQDQPointwise
 from tests.oracle import run_ort
@@ -48,7 +48,7 @@ def _bn_hardswish(signed: bool = False):
     return model(nodes, {"x": [1, c, 5, 7]}, ["c_d"], inits, opset=14)
 
 
-def _residual_affine():
+def _residual_affine(hw: tuple[int, int] = (4, 5)):
     """Two 8-bit tensors added, then Sub/Mul/Add by constants, each behind Q/DQ (open_nsfw's
     TensorFlow batch norm after a residual Add); the Mul's operand a quantized constant."""
     c = 6
@@ -67,7 +67,7 @@ def _residual_affine():
              node("Mul", ["d_d", "k"], "mul"), *_q("e", "mul", "s3", "z3"),
              node("Add", ["e_d", "beta"], "aff"), *_q("f", "aff", "s4", "z4"),
              node("Relu", ["f_d"], "out")]
-    return model(nodes, {"x": [2, c, 4, 5], "y": [2, c, 4, 5]}, ["out"], inits, opset=13)
+    return model(nodes, {"x": [2, c, *hw], "y": [2, c, *hw]}, ["out"], inits, opset=13)
 
 
 def _built(m, feeds):
@@ -99,6 +99,50 @@ def test_residual_add_and_affine_chain_matches_onnxruntime() -> None:
     want = run_ort(m, feeds)[0]
     step = np.abs(got[0].astype(np.float64) - want.astype(np.float64)) / 0.05
     assert step.max() <= 1.001 and np.mean(step < 1e-3) >= 0.999
+
+
+def test_long_tail_after_a_residual_add_becomes_a_table() -> None:
+    """Large enough, the per-channel tail after the Add's Q is a layer of its own that runs
+    as a table lookup; the Add and its Q stay one loop."""
+    m = _residual_affine((32, 32))
+    feeds = feeds_for(m, scale=2.0)
+    layers, got = _built(m, feeds)
+    assert sorted(lay.tactic for lay in layers if lay.op == "QPointwise") == \
+        ["fused_loop", "table"]
+    want = run_ort(m, feeds)[0]
+    step = np.abs(got[0].astype(np.float64) - want.astype(np.float64)) / 0.05
+    # onnxruntime fuses DQ → Add → Q into QLinearAdd, whose own rounding lands one step
+    # off on 0.2 % of these outputs (the same with the loop alone: the table is exact)
+    assert step.max() <= 1.001 and np.mean(step < 1e-3) >= 0.99
+
+
+def test_long_head_before_a_residual_add_becomes_a_table(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-channel chain on one tensor before it meets another: the head is a table."""
+    c, shape = 4, [1, 4, 32, 32]
+    inits = {f"s{k}": np.float32(0.03 + 0.01 * k) for k in range(6)}
+    inits |= {f"z{k}": np.uint8(100 + k) for k in range(6)}
+    inits |= {f"c{k}": RNG.uniform(0.5, 1.5, (1, c, 1, 1)).astype(np.float32)
+              for k in range(3)}
+    nodes = [*_q("a", "x", "s0", "z0"), node("Mul", ["a_d", "c0"], "m0"),
+             *_q("b", "m0", "s1", "z1"), node("Add", ["b_d", "c1"], "m1"),
+             *_q("c", "m1", "s2", "z2"), node("Mul", ["c_d", "c2"], "m2"),
+             *_q("d", "m2", "s3", "z3"), *_q("y", "y", "s4", "z4"),
+             node("Add", ["d_d", "y_d"], "sum"), *_q("e", "sum", "s5", "z5")]
+    m = model(nodes, {"x": shape, "y": shape}, ["e_d"], inits, opset=13)
+    feeds = feeds_for(m, scale=2.0)
+    layers, got = _built(m, feeds)
+    assert sorted(lay.tactic for lay in layers if lay.op == "QPointwise") == \
+        ["fused_loop", "table"]
+    # onnxruntime runs these as QLinearMul/QLinearAdd, rounding its own way: within a step
+    want = run_ort(m, feeds)[0]
+    step = np.abs(got[0].astype(np.float64) - want.astype(np.float64)) / 0.08
+    assert step.max() <= 1.001
+    # the table is exact: the same outputs as one loop over the whole chain
+    monkeypatch.setattr(fold_qdq_pointwise, "TABLE_QUANTIZE", 99)
+    layers, whole = _built(m, feeds)
+    assert [lay.tactic for lay in layers if lay.op == "QPointwise"] == ["fused_loop"]
+    np.testing.assert_array_equal(got[0], whole[0])
 
 
 def test_pass_log_target_and_shared_dequantize() -> None:
