@@ -1,5 +1,7 @@
-"""What quantized networks move as 8-bit tensors: NCHW↔NHWC Transposes of bytes in 16×16
-register tiles (fast_transpose.transpose16_bytes) against numpy, one and two threads."""
+"""What quantized networks move as 8-bit tensors, one and two threads: NCHW↔NHWC
+Transposes of bytes in 16×16 register tiles (fast_transpose.transpose16_bytes) against
+numpy; MaxPool (fast_pooling_int8) against the reference kernel, element for element —
+strides, pads, dilations, ceil_mode's partial windows."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import pytest
 
 from pydla.backends.base import LayerSpec, TensorSpec
 from pydla.backends.cpu import threads
+from pydla.backends.cpu.backend import bind_layer
+from pydla.backends.cpu.registry import candidate_tactics
 from pydla.backends.cpu.steps import prebind
 from pydla.dtypes import DType
 
@@ -32,3 +36,45 @@ def test_byte_transposes_in_tiles(shape, perm, dtype: type, count: int) -> None:
     finally:
         threads.set_num_threads(None)
     np.testing.assert_array_equal(y, x.transpose(perm))
+
+
+def _pool(x: np.ndarray, out_hw: tuple[int, int], attrs: dict, tactic: str) -> np.ndarray:
+    dt = DType.from_numpy(x.dtype)
+    spec = LayerSpec("pool", "MaxPool", attrs, (TensorSpec(x.shape, dt),),
+                     (TensorSpec((*x.shape[:2], *out_hw), dt),), tactic)
+    out = np.empty((*x.shape[:2], *out_hw), x.dtype)
+    prebind(bind_layer(spec), [x], [out])()
+    return out
+
+
+CASES = [  # x shape, kernel, strides, pads, dilations, output (h, w)
+    ((1, 32, 40, 40), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), (20, 20)),
+    ((2, 5, 13, 11), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (7, 6)),
+    ((1, 3, 12, 17), (3, 2), (1, 3), (0, 1, 2, 0), (2, 1), (10, 6)),
+    ((1, 4, 9, 9), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), (5, 5)),  # ceil_mode: partial edge
+    ((1, 64, 113, 113), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), (56, 56)),  # open_nsfw's
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-k{c[1]}-s{c[2]}")
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("count", [1, 2])
+def test_int8_maxpool_matches_reference(case: tuple, dtype: type, count: int) -> None:
+    shape, kernel, strides, pads, dil, out_hw = case
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(sum(shape)).integers(info.min, info.max + 1, shape).astype(dtype)
+    attrs = {"kernel_shape": list(kernel), "strides": list(strides), "pads": list(pads),
+             "dilations": list(dil), "storage_order": 0}
+    threads.set_num_threads(count)
+    try:
+        got = _pool(x, out_hw, attrs, "int8")
+    finally:
+        threads.set_num_threads(None)
+    np.testing.assert_array_equal(got, _pool(x, out_hw, attrs, "reference"))
+
+
+def test_int8_maxpool_scope() -> None:
+    spec = LayerSpec("pool", "MaxPool", {"kernel_shape": [2, 2], "storage_order": 0},
+                     (TensorSpec((1, 2, 4, 4), DType.FLOAT32),),
+                     (TensorSpec((1, 2, 3, 3), DType.FLOAT32),))
+    assert "int8" not in [t.name for t in candidate_tactics(spec)]

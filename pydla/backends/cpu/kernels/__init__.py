@@ -16,6 +16,7 @@ from pydla.backends.cpu.kernels import (  # noqa: F401
     fast_pointwise,
     fast_pooling,
     fast_pooling_c16,
+    fast_pooling_int8,
     fast_pooling_rows,
     fast_resize,
     fast_scatter,
