@@ -18,6 +18,8 @@ group, fastest), offset by their zero points (``w' = w - w_zp``). Two inner loop
   the input's pixel strides multiples of 4 and ``w'`` within int8: four channels per
   ``__dp4a`` of the input bytes (uint8 ones shifted to int8 by xor 0x80) with 4 packed
   weights. Padding reads the zero point (a real zero), shifted the same way.
+- ``bytes``: channels contiguous but C/group not a multiple of 4 (a stem's 3 colours):
+  the same words gathered byte by byte, weights past C/group zero.
 - ``scalar`` (any other layout, depthwise, weights offset beyond int8): one multiply-add
   per channel, ``w'`` as int16.
 
@@ -105,7 +107,7 @@ __device__ __forceinline__ void finish(int acc, int oc, i64 n, i64 oh, i64 ow, i
 
 _DIRECT = r"""
 __device__ __forceinline__ int dot(int x, int w, int acc) {
-#if DP4A
+#if DP4A || PACKED
   return __dp4a(x, w, acc);
 #else
   return acc + x * w;
@@ -117,7 +119,7 @@ extern "C" __global__ void qconv(const TX* __restrict__ x, const WT* __restrict_
     const TYS* __restrict__ ys, const TYZ* __restrict__ yzp, const TR* __restrict__ res,
     TY* __restrict__ y) {
   const int xz = HAS_XZP ? (int)ld(xzp) : 0;
-#if DP4A
+#if DP4A || PACKED
   const int pad = (int)(((unsigned)(xz - OFF) & 0xffu) * 0x01010101u);
 #else
   const int pad = xz;
@@ -145,6 +147,17 @@ extern "C" __global__ void qconv(const TX* __restrict__ x, const WT* __restrict_
         for (int c = 0; c < CW; ++c) {
 #if DP4A
           const int xv = inside ? (*(const int*)(xp + 4 * c) ^ FLIPWORD) : pad;
+#elif PACKED
+          /* C/group not a multiple of 4: the word's bytes past it meet zero weights */
+          int xv = pad;
+          if (inside) {
+            unsigned u = 0;
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+              if (4 * c + b < CG)
+                u |= ((unsigned)(unsigned char)ld(xp + 4 * c + b) ^ (FLIPWORD & 0xffu)) << (8 * b);
+            xv = (int)u;
+          }
 #else
           const int xv = inside ? (int)ld(xp + (i64)c * XSC) : pad;
 #endif
@@ -274,9 +287,17 @@ def bind_qconv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
     # whole aligned words of 4 channels at every pixel
     dp4a = fits and xs4[1] == 1 and cg % 4 == 0 and x.ptr % 4 == 0 and \
         all(s % 4 == 0 for s in (xs4[0], xs4[2], xs4[3]))
-    shift = 128 if dp4a and x.dtype is DType.UINT8 else 0
+    # channels contiguous but not in aligned words (a stem's 3): gathered bytes, zero
+    # weights past C/group; depthwise (1 channel) gains nothing from a word
+    bytewise = not dp4a and fits and xs4[1] == 1 and cg >= 3
+    shift = 128 if (dp4a or bytewise) and x.dtype is DType.UINT8 else 0
     if dp4a:
         weights, cw, wt = dp4a_words(packed), cg // 4, "int"
+    elif bytewise:
+        cw = -(-cg // 4)
+        whole = np.zeros(packed.shape[:3] + (4 * cw, mg), packed.dtype)
+        whole[:, :, :, :cg] = packed
+        weights, wt = dp4a_words(whole), "int"
     else:
         weights, cw, wt = packed.astype(np.int16), cg, "short"
     ocb = _block(mg, 8)
@@ -299,7 +320,8 @@ def bind_qconv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
 
     total = batch * out_hw[0] * out_hw[1] * (m // ocb)
     values: dict[str, Any] = {
-        "DP4A": int(dp4a), "OFF": shift, "FLIPWORD": "0x80808080" if shift else "0",
+        "DP4A": int(dp4a), "PACKED": int(bytewise), "OFF": shift,
+        "FLIPWORD": "0x80808080" if shift else "0",
         "TX": storage_type(x.dtype, where), "WT": wt, "TXZ": t(X_ZP, "unsigned char"),
         "TXS": t(X_SCALE), "TWS": t(W_SCALE), "TYS": t(Y_SCALE),
         "TYZ": t(Y_ZP, "unsigned char"), "TR": t(RESIDUAL), "TY": storage_type(y.dtype, where),
@@ -335,7 +357,7 @@ def bind_qconv(ctx: BindContext, layer: LayerInfo) -> list[Candidate]:
         mma = mma_candidate(ctx, source, packed, batch * out_hw[0] * out_hw[1], m, args)
         if mma is not None:
             candidates.append(mma)
-    name = f"nvrtc_{'dp4a' if dp4a else 'scalar'}"
+    name = f"nvrtc_{'dp4a' if dp4a else 'bytes' if bytewise else 'scalar'}"
     if ctx.wants(name) or not candidates:
         candidates.append(Candidate(name, ctx.kernel_launch(source + _DIRECT, "qconv", total,
                                                             args)))

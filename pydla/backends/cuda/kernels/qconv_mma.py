@@ -10,7 +10,9 @@ threads (8 warps) computes a 128 × BN tile (BN 128 or 64); each step it gathers
 pixels' 32 input bytes (the zero point where the tap falls in the padding, uint8 shifted
 to int8 by xor 0x80) and BN channels' 32 weight bytes into shared memory (16-byte chunks
 swizzled by bit 2 of the row so the fragment loads hit distinct banks), then every warp
-runs its ``MT × NT`` mma tiles. Blocks stride over the tiles (the grid is capped).
+runs its ``MT × NT`` mma tiles. Two shared buffers: the next step's global loads are in
+flight (in registers) while the tensor cores work on this one, one barrier a step. Blocks
+stride over the tiles (the grid is capped).
 Weights are uploaded as ``[M][kh][kw][C]`` int8, each channel's reduction contiguous
 (the mma's column-major B).
 """
@@ -43,14 +45,17 @@ extern "C" __global__ void __launch_bounds__(256) qconv_mma(
     const TXZ* __restrict__ xzp, const TXS* __restrict__ xs, const TWS* __restrict__ ws,
     const TYS* __restrict__ ys, const TYZ* __restrict__ yzp, const TR* __restrict__ res,
     TY* __restrict__ y) {
-  __shared__ __align__(16) int As[BM * 8];
-  __shared__ __align__(16) int Bs[BN * 8];
+  __shared__ __align__(16) int As[2][BM * 8];
+  __shared__ __align__(16) int Bs[2][BN * 8];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp % WARPS_M, wn = warp / WARPS_M;
   const int g = lane >> 2, q = lane & 3;
   const int xz = HAS_XZP ? (int)ld(xzp) : 0;
   const int pad = (int)(((unsigned)(xz - OFF) & 0xffu) * 0x01010101u);
   const int arow = tid >> 1, ahalf = tid & 1;
+  /* this thread's share of the B tile: chunk tid (BN·2 chunks of 16 bytes) */
+  const int brow = tid >> 1, bhalf = tid & 1;
+  const bool bload = tid < BN * 2;
   for (i64 tile = blockIdx.x; tile < (i64)PBLOCKS * NBLOCKS; tile += gridDim.x) {
     const i64 p0 = (tile % PBLOCKS) * BM;
     const int n0 = (int)(tile / PBLOCKS) * BN;
@@ -58,6 +63,9 @@ extern "C" __global__ void __launch_bounds__(256) qconv_mma(
     const bool avalid = ap < MMA_P;
     i64 an = 0, aoh = 0, aow = 0;
     if (avalid) { i64 r = ap; aow = r % OW; r /= OW; aoh = r % OH; an = r / OH; }
+    const unsigned char* xb = x + an * XSN + ahalf * 16;
+    const bool bvalid = bload && n0 + brow < MMA_M;
+    const signed char* wb = w + (i64)(n0 + brow) * KTOT + bhalf * 16;
     int acc[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -65,47 +73,52 @@ extern "C" __global__ void __launch_bounds__(256) qconv_mma(
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int k = 0; k < 4; ++k) acc[i][j][k] = 0;
-    for (int kh = 0; kh < KH; ++kh) {
-      for (int kw = 0; kw < KW; ++kw) {
-        const i64 ih = aoh * SH - PT + kh * DH, iw = aow * SW - PL + kw * DW;
-        const bool inside = avalid && ih >= 0 && ih < IH && iw >= 0 && iw < IW;
-        const unsigned char* xp = x + an * XSN + ih * XSH + iw * XSW + ahalf * 16;
-        const i64 tap = (i64)(kh * KW + kw) * MMA_C;
-        for (int c0 = 0; c0 < MMA_C; c0 += 32) {
-          int4 av = make_int4(pad, pad, pad, pad);
-          if (inside) {
-            av = *reinterpret_cast<const int4*>(xp + c0);
-            av.x ^= FLIPWORD; av.y ^= FLIPWORD; av.z ^= FLIPWORD; av.w ^= FLIPWORD;
-          }
-          *reinterpret_cast<int4*>(&As[slot(arow, ahalf)]) = av;
-          for (int i = tid; i < BN * 2; i += 256) {
-            const int brow = i >> 1, bhalf = i & 1, oc = n0 + brow;
-            int4 bv = make_int4(0, 0, 0, 0);
-            if (oc < MMA_M)
-              bv = *reinterpret_cast<const int4*>(w + (i64)oc * KTOT + tap + c0 + bhalf * 16);
-            *reinterpret_cast<int4*>(&Bs[slot(brow, bhalf)]) = bv;
-          }
-          __syncthreads();
-          int a[MT][4], b[NT][2];
+    int4 av, bv;
+    /* step s: tap s / CHUNKS, channels (s % CHUNKS)·32; its global words into av, bv */
+#define FETCH(s) do { \
+      const int tap_ = (s) / CHUNKS, c0_ = ((s) % CHUNKS) * 32; \
+      const int kh_ = tap_ / KW, kw_ = tap_ % KW; \
+      const i64 ih_ = aoh * SH - PT + kh_ * DH, iw_ = aow * SW - PL + kw_ * DW; \
+      av = make_int4(pad, pad, pad, pad); \
+      if (avalid && ih_ >= 0 && ih_ < IH && iw_ >= 0 && iw_ < IW) { \
+        av = *reinterpret_cast<const int4*>(xb + ih_ * XSH + iw_ * XSW + c0_); \
+        av.x ^= FLIPWORD; av.y ^= FLIPWORD; av.z ^= FLIPWORD; av.w ^= FLIPWORD; \
+      } \
+      bv = make_int4(0, 0, 0, 0); \
+      if (bvalid) bv = *reinterpret_cast<const int4*>(wb + (i64)tap_ * MMA_C + c0_); \
+    } while (0)
+#define STASH(buf) do { \
+      *reinterpret_cast<int4*>(&As[buf][slot(arow, ahalf)]) = av; \
+      if (bload) *reinterpret_cast<int4*>(&Bs[buf][slot(brow, bhalf)]) = bv; \
+    } while (0)
+    FETCH(0);
+    STASH(0);
+    __syncthreads();
+    for (int s = 0; s < STEPS; ++s) {
+      const int cur = s & 1;
+      if (s + 1 < STEPS) FETCH(s + 1);  /* in flight while the tensor cores work */
+      int a[MT][4], b[NT][2];
 #pragma unroll
-          for (int i = 0; i < MT; ++i) {
-            const int r0 = wm * (MT * 16) + i * 16 + g;
-            a[i][0] = As[slot(r0, 0) + q]; a[i][1] = As[slot(r0 + 8, 0) + q];
-            a[i][2] = As[slot(r0, 1) + q]; a[i][3] = As[slot(r0 + 8, 1) + q];
-          }
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            const int c = wn * (NT * 8) + j * 8 + g;
-            b[j][0] = Bs[slot(c, 0) + q]; b[j][1] = Bs[slot(c, 1) + q];
-          }
-#pragma unroll
-          for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma_s8(acc[i][j], a[i], b[j]);
-          __syncthreads();
-        }
+      for (int i = 0; i < MT; ++i) {
+        const int r0 = wm * (MT * 16) + i * 16 + g;
+        a[i][0] = As[cur][slot(r0, 0) + q]; a[i][1] = As[cur][slot(r0 + 8, 0) + q];
+        a[i][2] = As[cur][slot(r0, 1) + q]; a[i][3] = As[cur][slot(r0 + 8, 1) + q];
       }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int c = wn * (NT * 8) + j * 8 + g;
+        b[j][0] = Bs[cur][slot(c, 0) + q]; b[j][1] = Bs[cur][slot(c, 1) + q];
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma_s8(acc[i][j], a[i], b[j]);
+      /* the other buffer was last read before the previous barrier: free to fill */
+      if (s + 1 < STEPS) STASH(cur ^ 1);
+      __syncthreads();
     }
+#undef FETCH
+#undef STASH
 #pragma unroll
     for (int i = 0; i < MT; ++i) {
 #pragma unroll
@@ -146,7 +159,8 @@ def mma_candidate(ctx: BindContext, source: str, packed: np.ndarray, pixels: int
     weights = np.ascontiguousarray(packed[0].astype(np.int8).transpose(3, 0, 1, 2))
     values = {"BM": BM, "BN": bn, "WARPS_M": warps_m, "MT": BM // warps_m // 16,
               "NT": bn // warps_n // 8, "PBLOCKS": pblocks, "NBLOCKS": nblocks,
-              "MMA_P": pixels, "MMA_M": m, "MMA_C": c, "KTOT": kh * kw * c}
+              "MMA_P": pixels, "MMA_M": m, "MMA_C": c, "KTOT": kh * kw * c,
+              "CHUNKS": c // 32, "STEPS": kh * kw * (c // 32)}
     mine = list(args)
     mine[1] = np.uint64(ctx.upload(weights))
     try:
