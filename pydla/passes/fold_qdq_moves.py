@@ -1,6 +1,7 @@
 """Run data movement between a DequantizeLinear and a QuantizeLinear of the same
-parameters on the int8 tensor itself: DQ(q) → MaxPool/Reshape/Transpose/… → Q becomes the
-op on q, writing the Q's output (onnxruntime's QDQ transformer drops such pairs too).
+parameters on the int8 tensor itself: DQ(q) → MaxPool/Reshape/Transpose/Gather/… → Q
+becomes the op on q, writing the Q's output (onnxruntime's QDQ transformer drops such pairs
+too); a Split whose every output is read by such a Q alone writes all of them.
 
 Exact: these ops only select, reorder or take the maximum of elements, quantization is
 monotonic and Q(DQ(q)) = q for equal parameters. Runs before fold_qdq, so that a
@@ -17,7 +18,7 @@ from pydla.passes.patterns import RewritePass, produced_by
 from pydla.passes.rewrite import Uses, merge_provenance, place_at
 
 MOVES = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
-                   "Unsqueeze", "DepthToSpace", "SpaceToDepth", "Slice"})
+                   "Unsqueeze", "DepthToSpace", "SpaceToDepth", "Slice", "Gather", "Split"})
 
 
 def _same_parameters(dq: Node, q: Node) -> bool:
@@ -43,23 +44,27 @@ class FoldQDQMoves(RewritePass):
     ensures = ("int8_data_movement",)
 
     def rewrite(self, graph: Graph, uses: Uses, node: Node, ctx: PassContext) -> bool:
-        if node.op not in MOVES or len(node.outputs) != 1 or not node.inputs:
+        # Split: every output read by its own Q (an LSTM's gates, CRNN's 40 steps)
+        if node.op not in MOVES or not node.outputs or not node.inputs or \
+                (len(node.outputs) != 1 and node.op != "Split"):
             return False
         dq = produced_by(node.inputs[0], "DequantizeLinear")
-        q = uses.only_user(node.outputs[0])
-        if dq is None or q is None or q.op != "QuantizeLinear" or \
-                int(q.attrs.get("block_size", 0)) or int(dq.attrs.get("block_size", 0)):
+        qs = [uses.only_user(v) for v in node.outputs]
+        if dq is None or int(dq.attrs.get("block_size", 0)) or dq.inputs[0] is None:
             return False
         source = dq.inputs[0]
-        if source is None or source.dtype is not q.outputs[0].dtype or \
-                not _same_parameters(dq, q):
-            return False
+        for q in qs:
+            if q is None or q.op != "QuantizeLinear" or int(q.attrs.get("block_size", 0)) \
+                    or source.dtype is not q.outputs[0].dtype or not _same_parameters(dq, q):
+                return False
         moved = Node(node.op, graph.unique_node_name(node.name), [source, *node.inputs[1:]],
-                     [q.outputs[0]], dict(node.attrs))
+                     [q.outputs[0] for q in qs], dict(node.attrs))  # type: ignore[union-attr]
         moved.fused_from = []
         moved.precision = "int8"
-        merge_provenance(moved, node, q)
-        place_at(graph, moved, q, [node, q])
+        merge_provenance(moved, node, *qs)  # type: ignore[arg-type]
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
+        first = min(qs, key=lambda n: order[id(n)])  # type: ignore[arg-type]
+        place_at(graph, moved, first, [node, *qs])  # type: ignore[arg-type, list-item]
         ctx.note(f"fold_qdq_moves: {node.op} {node.name!r} runs on the int8 tensor "
                  f"{source.name!r}")
         return True

@@ -78,3 +78,39 @@ def test_int8_maxpool_scope() -> None:
                      (TensorSpec((1, 2, 4, 4), DType.FLOAT32),),
                      (TensorSpec((1, 2, 3, 3), DType.FLOAT32),))
     assert "int8" not in [t.name for t in candidate_tactics(spec)]
+
+
+def test_split_and_gather_between_qdq_run_on_the_8bit_tensor() -> None:
+    """DQ → Split → Q per output and DQ → Gather → Q (a quantized LSTM's gates and time
+    steps): the Split and the Gather move bytes, with no Q/DQ layer left around them."""
+    from onnx import TensorProto, helper
+
+    from pydla.builder import BuildOptions, build
+    from pydla.engine import LoadedModule
+    from pydla.loadable import read_loadable
+    from tests.oracle import run_ort
+
+    s, z = np.float32(0.05), np.uint8(128)
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [s]),
+             helper.make_tensor("z", TensorProto.UINT8, [], [int(z)]),
+             helper.make_tensor("i", TensorProto.INT64, [2], [3, 0])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Split", ["xd"], ["a", "b"], axis=1, num_outputs=2),
+             helper.make_node("Gather", ["xd", "i"], ["g"], axis=0)]
+    outs = []
+    for name in ("a", "b", "g"):
+        nodes += [helper.make_node("QuantizeLinear", [name, "s", "z"], [f"{name}q"]),
+                  helper.make_node("DequantizeLinear", [f"{name}q", "s", "z"], [f"{name}d"])]
+        outs.append(helper.make_tensor_value_info(f"{name}d", TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [4, 6, 5])], outs, inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    data = build(m, BuildOptions(autotune=False))
+    ops = [(lay.op, lay.precision) for lay in read_loadable(data).layers]
+    assert ("Split", "int8") in ops and ("Gather", "int8") in ops
+    assert [op for op, _ in ops].count("QuantizeLinear") == 1
+    x = np.random.default_rng(4).standard_normal((4, 6, 5)).astype(np.float32) * 3
+    got = LoadedModule(data).run([x])
+    for g, w in zip(got, run_ort(m, {"x": x})):
+        np.testing.assert_array_equal(g, w)
