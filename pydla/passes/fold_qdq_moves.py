@@ -12,13 +12,73 @@ from __future__ import annotations
 
 import numpy as np
 
-from pydla.ir import Graph, Node
+from pydla.dtypes import DType
+from pydla.ir import Graph, Node, Value
+from pydla.ops import POINTWISE
 from pydla.passes.base import PassContext
 from pydla.passes.patterns import RewritePass, produced_by
 from pydla.passes.rewrite import Uses, merge_provenance, place_at
 
 MOVES = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
                    "Unsqueeze", "DepthToSpace", "SpaceToDepth", "Slice", "Gather", "Split"})
+
+
+# Moves that commute with any elementwise function: they only place elements elsewhere.
+SHUFFLES = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze",
+                      "DepthToSpace", "SpaceToDepth"})
+
+
+def _unary(node: Node | None) -> bool:
+    """A float32 elementwise op of one tensor (its other operands one-element constants)."""
+    return (node is not None and node.op in POINTWISE and len(node.outputs) == 1
+            and "epilogue" not in node.attrs and node.inputs[0] is not None
+            and node.outputs[0].dtype is DType.FLOAT32
+            and node.inputs[0].dtype is DType.FLOAT32
+            and node.outputs[0].shape == node.inputs[0].shape
+            and all(v is None or (v.const is not None and v.size == 1)
+                    for v in node.inputs[1:]))
+
+
+def _hoist(graph: Graph, uses: Uses, node: Node, ctx: PassContext) -> bool:
+    """DQ(q) → Relu/Clip/… → Transpose (a TensorFlow export's activation before its
+    NHWC→NCHW Transpose, open_nsfw's 48) becomes Transpose(q) → DQ → Relu/…: the shuffle
+    moves bytes instead of floats, and the DQ → Relu → Q left is one 8-bit layer for
+    fold_qdq_pointwise. Exact: a shuffle commutes with elementwise functions; the DQ is
+    per tensor."""
+    chain: list[Node] = []
+    v = node.inputs[0]
+    while v is not None and _unary(v.producer) and uses.only_user(v) is \
+            (chain[-1] if chain else node):
+        chain.append(v.producer)  # type: ignore[arg-type]
+        v = v.producer.inputs[0]  # type: ignore[union-attr]
+    dq = produced_by(v, "DequantizeLinear")
+    if not chain or dq is None or dq.inputs[0] is None or dq.inputs[1] is None or \
+            dq.inputs[1].size != 1 or int(dq.attrs.get("block_size", 0)):
+        return False
+    out = node.outputs[0]
+    moved_q = Value(graph.unique_name(f"{dq.inputs[0].name}_moved"), out.shape,
+                    dq.inputs[0].dtype)
+    moved = Node(node.op, graph.unique_node_name(node.name), [dq.inputs[0], *node.inputs[1:]],
+                 [moved_q], dict(node.attrs))
+    cur = Value(graph.unique_name(f"{moved_q.name}_dequantized"), out.shape, DType.FLOAT32)
+    new = [moved, Node("DequantizeLinear", graph.unique_node_name(dq.name),
+                       [moved_q, *dq.inputs[1:]], [cur], dict(dq.attrs))]
+    for i, u in enumerate(reversed(chain)):
+        last = i == len(chain) - 1
+        nxt = out if last else Value(graph.unique_name(u.outputs[0].name), out.shape,
+                                     DType.FLOAT32)
+        new.append(Node(u.op, graph.unique_node_name(u.name), [cur, *u.inputs[1:]], [nxt],
+                        dict(u.attrs), fused_from=list(u.fused_from)))
+        cur = nxt
+    moved.fused_from = list(node.fused_from)
+    at = graph.nodes.index(node)
+    drop = {id(n) for n in chain}
+    graph.nodes[at:at + 1] = new
+    graph.nodes = [n for n in graph.nodes if id(n) not in drop]
+    ctx.note(f"fold_qdq_moves: {node.op} {node.name!r} moved above "
+             f"{' + '.join(n.op for n in reversed(chain))} onto the 8-bit tensor "
+             f"{dq.inputs[0].name!r}")
+    return True
 
 
 def _same_parameters(dq: Node, q: Node) -> bool:
@@ -50,7 +110,9 @@ class FoldQDQMoves(RewritePass):
             return False
         dq = produced_by(node.inputs[0], "DequantizeLinear")
         qs = [uses.only_user(v) for v in node.outputs]
-        if dq is None or int(dq.attrs.get("block_size", 0)) or dq.inputs[0] is None:
+        if dq is None:
+            return node.op in SHUFFLES and _hoist(graph, uses, node, ctx)
+        if int(dq.attrs.get("block_size", 0)) or dq.inputs[0] is None:
             return False
         source = dq.inputs[0]
         for q in qs:

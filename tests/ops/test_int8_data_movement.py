@@ -114,3 +114,35 @@ def test_split_and_gather_between_qdq_run_on_the_8bit_tensor() -> None:
     got = LoadedModule(data).run([x])
     for g, w in zip(got, run_ort(m, {"x": x})):
         np.testing.assert_array_equal(g, w)
+
+
+def test_transpose_after_an_activation_moves_onto_the_8bit_tensor() -> None:
+    """DQ → Relu → Transpose → Q (a TensorFlow export's NHWC → NCHW after its activation):
+    the Transpose moves bytes ahead of the DQ and the rest is one 8-bit layer."""
+    from onnx import TensorProto, helper
+
+    from pydla.builder import BuildOptions, build
+    from pydla.engine import LoadedModule
+    from pydla.loadable import read_loadable
+    from tests.oracle import run_ort
+
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.05]),
+             helper.make_tensor("z", TensorProto.UINT8, [], [120]),
+             helper.make_tensor("s2", TensorProto.FLOAT, [], [0.03]),
+             helper.make_tensor("z2", TensorProto.UINT8, [], [0])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Relu", ["xd"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("QuantizeLinear", ["t", "s2", "z2"], ["tq"]),
+             helper.make_node("DequantizeLinear", ["tq", "s2", "z2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 9, 10, 16])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    data = build(m, BuildOptions(autotune=False))
+    layers = read_loadable(data).layers
+    assert [lay.op for lay in layers] == ["QuantizeLinear", "Transpose", "QPointwise",
+                                          "DequantizeLinear"]
+    x = np.random.default_rng(5).standard_normal((1, 9, 10, 16)).astype(np.float32) * 3
+    np.testing.assert_array_equal(LoadedModule(data).run([x])[0], run_ort(m, {"x": x})[0])
