@@ -296,10 +296,12 @@ class CudaProgram:
 
     def _choose(self, name: str, op: str, candidates: list[Candidate],
                 wanted: str | None = None) -> Launch:
-        if wanted is not None:
-            chosen = next(c for c in candidates if c.name == wanted)
+        chosen = next((c for c in candidates if c.name == wanted), None)
+        if chosen is not None:
             self.choices.append(LayerChoice(name, op, chosen.name, None, {}, "recorded"))
             return chosen.launch
+        if wanted is not None:  # the recorded kernel was not built here (NVRTC refused it)
+            self._log(f"{name}: recorded tactic {wanted} not built; choosing again")
         usable = [c for c in candidates if not c.fallback] or candidates
         if not usable:
             raise LoadableError(0, f"layer {name!r} ({op}): no CUDA kernel could be built")
