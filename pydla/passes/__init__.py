@@ -21,6 +21,7 @@ from pydla.passes.fold_qdq import FoldQDQ
 from pydla.passes.fold_qdq_moves import FoldQDQMoves
 from pydla.passes.fold_qdq_pointwise import FoldQDQPointwise
 from pydla.passes.fuse_pointwise import FuseEpilogue, FusePointwise
+from pydla.passes.lower_conv_transpose import LowerConvTranspose
 from pydla.passes.manager import PassManager
 from pydla.passes.matmul_to_gemm import MatMulToGemm
 from pydla.passes.recognize_gelu import RecognizeGelu
@@ -42,6 +43,7 @@ def default_passes() -> list[Pass]:
         MatMulToGemm(),
         FoldBatchNorm(),
         LowerBatchNorm(),
+        LowerConvTranspose(),
         RecognizeLayerNorm(),
         RecognizeGelu(),
         RecognizeSoftmax(),
