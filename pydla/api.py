@@ -22,9 +22,10 @@ from __future__ import annotations
 import abc
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -99,11 +100,12 @@ class Stream(_Closable):
     def __int__(self) -> int:
         return self._stream.handle
 
-    def _enqueue(self, op: engine_stream.Op, inline: bool = False) -> bool:
-        """Queue ``op``; returns whether it ran (inline, see engine.stream) before this
-        returned."""
+    def _enqueue(self, op: engine_stream.Op, inline: bool = False,
+                 deferred: Callable[[], engine_stream.Op] | None = None) -> bool:
+        """Queue ``op`` (or what ``deferred`` makes, see engine.stream); returns whether it
+        ran (inline) before this returned."""
         self._check_open()
-        return self._stream.enqueue(op, inline)
+        return self._stream.enqueue(op, inline, deferred)
 
     def synchronize(self) -> None:
         """Wait for the queued work; raise the first failure reported on the stream."""
@@ -152,12 +154,13 @@ class Module(_Closable):
         self._inputs = [(program.tensors[io.tensor], io.descriptor) for io in program.inputs]
         self._outputs = [(program.tensors[io.tensor], io.descriptor) for io in program.outputs]
         self._input_names = [t.name for t, _ in self._inputs]
-        self._sorted_names = sorted(self._input_names)
+        self._name_set = frozenset(self._input_names)
         self._free: list[_Buffers] = []
         self._all: list[_Buffers] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._inflight = 0
+        self._closing = False  # close() waits on _idle: only then is there anyone to wake
 
     input_names = property(lambda self: list(self._input_names))
     output_names = property(lambda self: [t.name for t, _ in self._outputs])
@@ -207,19 +210,22 @@ class Module(_Closable):
         with self._lock:
             self._free.append(bufs)
             self._inflight -= 1
-            self._idle.notify_all()
+            if self._closing:
+                self._idle.notify_all()
 
     # -- running -----------------------------------------------------------------------
     def _arrays(self, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
         names = self._input_names
-        if isinstance(inputs, Mapping):
-            if sorted(inputs) != self._sorted_names:
+        if type(inputs) is dict or isinstance(inputs, Mapping):
+            if inputs.keys() != self._name_set:
                 raise InvalidParamError(f"inputs {sorted(inputs)} given, the module takes "
                                         f"{names}")
             inputs = [inputs[n] for n in names]
         if len(inputs) != len(names):
             raise InvalidParamError(f"{len(inputs)} inputs given, the module takes {len(names)}")
-        arrays = [np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+        # numpy arrays as they are (np.from_dlpack of one costs a microsecond for nothing)
+        arrays = [x if type(x) is np.ndarray else
+                  np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
                   for x in inputs]
         if self._other_plan(arrays):
             return arrays  # checked against the plan their shapes pick (_submit_plan)
@@ -274,7 +280,7 @@ class Module(_Closable):
         typed = self._typed(bufs)[0]
         for x, (_, desc), (_, view), target in zip(arrays, self._inputs, bufs.inputs, typed):
             if target is not None and x.dtype == target.dtype:  # checked: the tensor's shape
-                np.copyto(target, x)
+                target[...] = x
             else:
                 layout.pack(x, desc, out=view)
         cached = bufs.plan
@@ -342,40 +348,35 @@ class Module(_Closable):
         except BaseException:
             self._release(bufs)
             raise
-        # The outcome, or the future of it once the caller has gone back: a short task on
-        # an idle stream has run when _enqueue returns, and needs no future.
-        done: list[list[np.ndarray] | BaseException] = []
-        waiting: list[Future[list[np.ndarray]]] = []
-        lock = threading.Lock()
-
-        def run() -> None:
-            try:
-                self._dev.run_plan(plan)
-                outcome: list[np.ndarray] | BaseException = self._outputs_of(bufs)
-            except BaseException as e:  # the caller, or the future, carries it
-                outcome = e
-            self._release(bufs)
-            with lock:
-                done.append(outcome)
-                future = waiting[0] if waiting else None
-            if future is None:
-                return
-            if isinstance(outcome, BaseException):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-
+        # A short task on an idle stream runs inside _enqueue and leaves its outcome in
+        # ``box``: no future. Otherwise the stream asks ``deferred`` for the op to queue,
+        # which leaves the future in ``box`` instead.
+        box: list[Any] = []
         try:
-            target._enqueue(run, inline=is_short(self._mod.loaded))
+            target._enqueue(partial(self._run, plan, bufs, box.append),
+                            inline=is_short(self._mod.loaded),
+                            deferred=partial(self._queued, plan, bufs, box))
         except BaseException:
             self._release(bufs)
             raise
-        with lock:
-            if done:
-                return done[0]
-            future: Future[list[np.ndarray]] = Future()
-            waiting.append(future)
-        return future
+        return box[0]
+
+    def _run(self, plan: TaskPlan, bufs: _Buffers, deliver: Callable[[Any], None]) -> None:
+        """One inference on its stream; ``deliver`` gets its outputs or its failure."""
+        try:
+            self._dev.run_plan(plan)
+            outcome: list[np.ndarray] | BaseException = self._outputs_of(bufs)
+        except BaseException as e:  # the caller, or the future, carries it
+            outcome = e
+        self._release(bufs)
+        deliver(outcome)
+
+    def _queued(self, plan: TaskPlan, bufs: _Buffers, box: list[Any]) -> engine_stream.Op:
+        """The op to queue for an inference that does not run inline; its future goes to
+        ``box``, for the caller."""
+        future: Future[list[np.ndarray]] = Future()
+        box.append(future)
+        return partial(self._run, plan, bufs, partial(_resolve, future))
 
     def profile(self, inputs: Sequence[Any] | Mapping[str, Any]
                 ) -> tuple[list[np.ndarray], TaskStatistics]:
@@ -401,7 +402,7 @@ class Module(_Closable):
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+            self._closed = self._closing = True
             while self._inflight:
                 self._idle.wait()
         self._free_buffers(self._all)
@@ -409,6 +410,14 @@ class Module(_Closable):
         self._free.clear()
         self._dev.destroy()
         self._device._forget(self)
+
+
+def _resolve(future: Future[list[np.ndarray]], outcome: list[np.ndarray] | BaseException
+             ) -> None:
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 class Device(_Closable):

@@ -238,7 +238,7 @@ def submit_task(dev_handle: int, ptr_to_tasks: int, num_tasks: int, stream: int,
     """Run ``num_tasks`` Task records starting at address ``ptr_to_tasks`` (``int(task)``),
     in order, on ``stream``: 0 runs them before returning, another stream handle queues
     them behind that stream's work."""
-    with _funnel():
+    with _FUNNEL:
         dev = _device(dev_handle)
         ptr, count = operator.index(ptr_to_tasks), operator.index(num_tasks)
         stream, flags = _stream_handle(stream), operator.index(flags)
@@ -248,6 +248,8 @@ def submit_task(dev_handle: int, ptr_to_tasks: int, num_tasks: int, stream: int,
 def _stream_handle(stream: Any) -> int:
     """An int handle, or any stream object with ``__cuda_stream__`` (PyTorch, CuPy,
     cuda.core)."""
+    if type(stream) is int:  # the common case: no attribute lookup that fails
+        return stream
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         return int((proto() if callable(proto) else proto)[1])

@@ -49,38 +49,19 @@ class CUevent_flags(IntEnum):
     CU_EVENT_INTERPROCESS = 4
 
 
-class _Handle:
-    """An opaque CUDA handle: ``int(h)`` is its value, as in cuda-bindings."""
-
-    def __init__(self, init_value: int = 0) -> None:
-        self._value = int(init_value)
-
-    def __int__(self) -> int:
-        return self._value
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and int(other) == self._value  # type: ignore
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self._value))
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._value:#x}>"
-
-
-class CUstream(_Handle):
+class CUstream(hostcuda.Handle):
     pass
 
 
-class CUevent(_Handle):
+class CUevent(hostcuda.Handle):
     pass
 
 
-class CUdeviceptr(_Handle):
+class CUdeviceptr(hostcuda.Handle):
     pass
 
 
-class CUdevice(_Handle):
+class CUdevice(hostcuda.Handle):
     def __repr__(self) -> str:
         return f"<CUdevice {self._value}>"
 

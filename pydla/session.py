@@ -137,6 +137,13 @@ class InferenceSession:
         else:
             self._inputs, self._outputs = _onnx_io(self._onnx)
             self._digest = hashlib.sha256(self._onnx).hexdigest()
+        # read at every run: worked out once
+        self._input_names = frozenset(t.name for t in self._inputs)
+        self._feed_types = [(t, _numpy_type(t.dtype), tuple(t.shape)) for t in self._inputs]
+        self._output_types = {t.name: t for t in self._outputs}
+        self._all_outputs = [t.name for t in self._outputs]
+        # the module of the shapes run last, checked before the lock and the LRU order
+        self._last: tuple[tuple[tuple[int, ...], ...], Any] | None = None
 
     # -- onnxruntime's description calls -----------------------------------------------------
     def get_inputs(self) -> list[NodeArg]:
@@ -156,31 +163,36 @@ class InferenceSession:
             run_options: Any = None) -> list[np.ndarray]:
         """Outputs named ``output_names`` (None: all), in the model's dtypes."""
         feeds = self._check_feeds(input_feed)
-        shapes = tuple(feeds[t.name].shape for t in self._inputs)  # numpy's: Python ints
-        module = self._module(shapes)
-        types = {t.name: t for t in self._outputs}
-        wanted = list(types) if not output_names else list(output_names)
+        shapes = tuple(x.shape for x in feeds.values())  # numpy's: Python ints
+        last = self._last
+        module = last[1] if last is not None and last[0] == shapes else self._module(shapes)
+        types = self._output_types
+        wanted = self._all_outputs if not output_names else list(output_names)
         unknown = [n for n in wanted if n not in types]
         if unknown:
             raise SessionError(f"unknown output names {unknown}; the model's outputs are "
                                f"{list(types)}")
         results = module.run({t.name: _storage(feeds[t.name], t.dtype) for t in self._inputs})
-        by_name = dict(zip(module.output_names, results))
-        return [_logical(by_name[n], types[n].dtype) if types[n].zipmap is None
-                else _zipped(by_name[n], types[n].zipmap) for n in wanted]
+        at = module.output_positions
+        return [_logical(results[at[n]], types[n].dtype) if types[n].zipmap is None
+                else _zipped(results[at[n]], types[n].zipmap) for n in wanted]
 
     def _check_feeds(self, input_feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        names = [t.name for t in self._inputs]
-        if len(input_feed) != len(names) or not all(n in input_feed for n in names):
+        """The feeds as arrays, in the order of the model's inputs."""
+        if input_feed.keys() != self._input_names:
+            names = [t.name for t in self._inputs]
             unknown = sorted(set(input_feed) - set(names))
             if unknown:
                 raise SessionError(f"unknown input names {unknown}; the model's inputs are "
                                    f"{names}")
             raise SessionError(f"missing inputs {[n for n in names if n not in input_feed]}")
         feeds = {}
-        for t in self._inputs:
-            x = np.asarray(input_feed[t.name])
-            _check_type(t, x.shape, x.dtype)
+        for t, dtype, shape in self._feed_types:
+            x = input_feed[t.name]
+            if type(x) is not np.ndarray:
+                x = np.asarray(x)
+            if x.dtype != dtype or x.shape != shape:  # else exactly the model's type
+                _check_type(t, x.shape, x.dtype)
             feeds[t.name] = x
         return feeds
 
@@ -215,6 +227,7 @@ class InferenceSession:
             found = self._modules.get(shapes)
             if found is not None:
                 self._modules.move_to_end(shapes)
+                self._last = (shapes, found)
                 return found
             if self._onnx is None and self._profiled is not None:
                 return self._profiled
@@ -226,6 +239,7 @@ class InferenceSession:
             self._modules[shapes] = module
             while len(self._modules) > _MODULES_KEPT:
                 self._modules.popitem(last=False)
+            self._last = (shapes, module)  # never an evicted one: the newest stays
             return module
 
     def _loadable(self, shapes: tuple[tuple[int, ...], ...]) -> bytes:

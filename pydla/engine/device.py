@@ -10,6 +10,7 @@ import operator
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -191,40 +192,51 @@ class DlaDevice:
     # -- tasks -------------------------------------------------------------------------
     def submit(self, raws: Sequence[RawTask], stream: int, flags: int) -> None:
         self._check_alive()
-        if flags & ~(NOOP | SKIP_LOCK_ACQUIRE | DIAGNOSTICS_TASK):
-            raise InvalidParamError(f"unknown submission flags {flags:#x}")
-        if flags & DIAGNOSTICS_TASK:
-            raise UnsupportedOperationError("diagnostics tasks need NVIDIA's fault-diagnostics "
-                                            "loadable, which the CPU device does not have")
+        if flags:
+            if flags & ~(NOOP | SKIP_LOCK_ACQUIRE | DIAGNOSTICS_TASK):
+                raise InvalidParamError(f"unknown submission flags {flags:#x}")
+            if flags & DIAGNOSTICS_TASK:
+                raise UnsupportedOperationError("diagnostics tasks need NVIDIA's fault-"
+                                                "diagnostics loadable, which the CPU device "
+                                                "does not have")
         plans = self._plans(raws)
         queue = get_stream(stream)  # an unknown stream fails before anything is queued
         if flags & NOOP:
             return
+        short = True
         with self.lock:
             # Validation ran without the lock: a destroy_device or module_unload from another
             # thread may have finished since. Counted in flight, the task holds them off.
             self._check_alive()
-            if any(plan.module is not self.module for plan in plans):
-                raise InvalidParamError(f"the task's module was unloaded from device "
-                                        f"{self.handle:#x} while it was submitted")
+            for plan in plans:
+                if plan.module is not self.module:
+                    raise InvalidParamError(f"the task's module was unloaded from device "
+                                            f"{self.handle:#x} while it was submitted")
+                short = short and is_short(plan.module.loaded)
             self._inflight += 1
-
-        def run() -> None:
-            try:
-                for plan in plans:
-                    self.run_plan(plan)
-            finally:
-                self._done()
-
+        run = partial(self._run_plans, plans)
         if queue is None:  # the legacy stream: the task has finished when submit returns
             drain_blocking_streams()
             run()
             return
         try:
-            queue.enqueue(run, inline=all(is_short(plan.module.loaded) for plan in plans))
+            queue.enqueue(run, inline=short)
         except BaseException:
             self._done()
             raise
+
+    def _run_plans(self, plans: list[TaskPlan]) -> None:
+        """Run a submission's tasks in order (counted in flight by ``submit``); run_plan's
+        bookkeeping, once for them all."""
+        try:
+            for plan in plans:
+                execute(plan)
+            self.last_fault = None
+        except BaseException as e:
+            self.last_fault = e
+            raise
+        finally:
+            self._done()
 
     def _plans(self, raws: Sequence[RawTask]) -> list[TaskPlan]:
         key = tuple(raws)

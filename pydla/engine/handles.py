@@ -40,8 +40,9 @@ class HandleTable(Generic[T]):
         return handle
 
     def get(self, handle: int) -> T:
-        with self._lock:
-            obj = self._items.get(handle)
+        # No lock: a dict read is atomic (under the GIL and in free-threaded builds alike),
+        # and every copy, task and synchronize looks a handle up.
+        obj = self._items.get(handle)
         if obj is None:
             raise self._error(f"{self.kind} handle {handle:#x} is unknown or was destroyed")
         return obj

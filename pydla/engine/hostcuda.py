@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from enum import IntEnum
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -42,9 +43,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 INLINE_COPY_BYTES = 1 << 20
 
 
+class Handle:
+    """An opaque CUDA handle (``pydla.driver``'s ``CUstream``, ``CUevent``, ``CUdeviceptr``…):
+    ``int(h)`` is its value, as in cuda-bindings."""
+
+    def __init__(self, init_value: int = 0) -> None:
+        self._value = int(init_value)
+
+    def __int__(self) -> int:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and int(other) == self._value  # type: ignore
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._value))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._value:#x}>"
+
+
 def address(x: Any) -> int | None:
     """The address an int-like argument names (ints and pydla's pointer objects), or None
     for a buffer object."""
+    if type(x) is int:  # the common cases first: every copy asks
+        return x
+    if isinstance(x, Handle):
+        return x._value
     if isinstance(x, int):
         return int(x)
     if isinstance(x, np.ndarray) or not hasattr(x, "__int__"):
@@ -55,6 +80,10 @@ def address(x: Any) -> int | None:
 def handle_of(x: Any) -> int:
     """A handle or pointer argument: an int, a handle object (``CUstream``, ``CUevent``,
     ``CUdeviceptr``…), or None for 0 (the legacy stream, the NULL pointer)."""
+    if type(x) is int:  # the common cases first: every copy and synchronize asks
+        return x
+    if isinstance(x, Handle):
+        return x._value
     if x is None:
         return LEGACY
     if isinstance(x, int) or (hasattr(x, "__int__") and not isinstance(x, (str, float))):
@@ -74,11 +103,15 @@ def free(ptr: int) -> None:
 
 
 def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:
+    """A copy's side as (uint8 view of ``count`` bytes, whether it is device memory). A
+    buffer object is viewed afresh at every copy: a view kept between copies would keep
+    the caller's buffer alive, or outlive a resize of it."""
     addr = address(x)
     if addr is not None:
-        region = MEMORY.find(addr, count, TENSOR_KINDS)
-        return MEMORY.region_view(region, addr, count), region.kind == DEVICE
+        return MEMORY.tensor_view(addr, count)
     data = as_bytes(x, writable)
+    if data.size == count:
+        return data, False
     if data.size < count:
         raise InvalidParamError(f"a {type(x).__name__} of {data.size} bytes cannot take part "
                                 f"in a copy of {count}")
@@ -86,27 +119,35 @@ def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:
 
 
 def memcpy(dst: Any, src: Any, count: int, kind: int, stream: int) -> None:
-    if kind not in _DIRECTIONS and kind != DEFAULT:
+    direction = _DIRECTIONS.get(kind)
+    if direction is None and kind != DEFAULT:
         raise MemcpyDirectionError(f"unknown copy kind {kind}")
-    if count < 0:
-        raise InvalidParamError(f"cannot copy {count} bytes")
-    if count == 0:
+    if count <= 0:
+        if count < 0:
+            raise InvalidParamError(f"cannot copy {count} bytes")
         return
-    d, d_device = _endpoint(dst, count, writable=True)
-    s, s_device = _endpoint(src, count, writable=False)
-    if kind != DEFAULT and (d_device, s_device) != _DIRECTIONS[kind]:
+    # int addresses straight to the map: the common case, one call each
+    d, d_device = (MEMORY.tensor_view(dst, count) if type(dst) is int
+                   else _endpoint(dst, count, writable=True))
+    s, s_device = (MEMORY.tensor_view(src, count) if type(src) is int
+                   else _endpoint(src, count, writable=False))
+    if direction is not None and (d_device, s_device) != direction:
         where = {True: "device memory", False: "host memory"}
         raise MemcpyDirectionError(f"copy kind {kind} contradicts a copy from "
                                    f"{where[s_device]} to {where[d_device]}")
+    copy = partial(np.copyto, d, s)  # a C call when run: no Python frame
+    if s_device:
+        run_on(stream, copy, inline=count <= INLINE_COPY_BYTES)
+    else:
+        # From host memory the queued copy costs its snapshot anyway: copying now is no
+        # dearer. Queued, it copies the source as it is now (see _staged).
+        run_on(stream, copy, inline=True, deferred=partial(_staged, d, s))
 
-    def snapshot() -> Callable[[], None]:
-        # queued: the host source may change before the stream reaches the copy
-        src = s if s_device else s.copy()
-        return lambda: np.copyto(d, src)
 
-    # From host memory the queued copy costs its snapshot anyway: copying now is no dearer.
-    run_on(stream, lambda: np.copyto(d, s), inline=not s_device or count <= INLINE_COPY_BYTES,
-           deferred=snapshot)
+def _staged(dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:
+    """The copy to queue from host memory: the caller may change its buffer as soon as the
+    call returns, before the stream reaches the copy."""
+    return partial(np.copyto, dst, src.copy())
 
 
 def memset(ptr: Any, value: int, count: int, stream: int) -> None:
@@ -192,13 +233,24 @@ def cuda_api(error_of: Callable[[BaseException], IntEnum], success: IntEnum,
     errors become the status (and the value None), argument type errors still raise."""
 
     def wrap(fn: F) -> F:
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
-            try:
-                result = fn(*args, **kwargs)
-            except (PydlaError, MemoryError) as e:
-                return (error_of(e),) + (None,) * values
-            return (success,) if values == 0 else (success, result)
+        if values == 0:
+            done = (success,)  # one tuple for every successful call
+
+            @functools.wraps(fn)
+            def call(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+                try:
+                    fn(*args, **kwargs)
+                except (PydlaError, MemoryError) as e:
+                    return (error_of(e),)
+                return done
+        else:
+            @functools.wraps(fn)
+            def call(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+                try:
+                    result = fn(*args, **kwargs)
+                except (PydlaError, MemoryError) as e:
+                    return (error_of(e),) + (None,) * values
+                return (success, result)
 
         return call  # type: ignore[return-value]
 

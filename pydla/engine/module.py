@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,9 @@ class LoadedModule:
         # read at every run: worked out once
         self._input_names = [self._tensor(io).name for io in self.program.inputs]
         self._output_names = [self._tensor(io).name for io in self.program.outputs]
+        self._input_name_set = frozenset(self._input_names)
+        # where each output is in run()'s list, by name (what sessions look outputs up by)
+        self.output_positions = {name: i for i, name in enumerate(self._output_names)}
         self._input_types = [(t.name, t.shape, t.dtype) for t in map(self._tensor,
                                                                       self.program.inputs)]
 
@@ -78,9 +82,9 @@ class LoadedModule:
     # -- logical arrays --------------------------------------------------------------
     def run(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run with logical arrays (in the tensors' own types); returns fresh arrays."""
-        if isinstance(inputs, Mapping):
+        if type(inputs) is dict or isinstance(inputs, Mapping):
             names = self._input_names
-            if len(inputs) != len(names) or not all(n in inputs for n in names):
+            if inputs.keys() != self._input_name_set:
                 missing = [n for n in names if n not in inputs]
                 if missing:
                     raise IOError_(f"missing inputs {missing}")
@@ -154,8 +158,7 @@ class LoadedModule:
                     return lambda on_layer: self._convert_and_run(inputs, outputs, on_layer)
                 views[side].append(formats.unpack(buf[:io.descriptor.size], io.format,
                                                   t.shape, io.dtype))
-        execute, ins, outs = self.bound.execute, views[0], views[1]
-        return lambda on_layer: execute(ins, outs, on_layer)
+        return partial(self.bound.execute, views[0], views[1])  # no frame of its own
 
     def _convert_and_run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                          on_layer: LayerHook | None) -> None:

@@ -124,7 +124,8 @@ class Stream:
         """Wait for all queued work; return (and forget) the first failure since the last
         synchronize, if any."""
         with self._lock:
-            self._drain()
+            if self._pending:
+                self._drain()
             error, self._error = self._error, None
         return error
 
@@ -195,12 +196,11 @@ def run_on(handle: int, op: Op, inline: bool = False,
     """Run ``op`` in order on a stream; on the legacy stream, run it now in this thread
     (its exceptions propagate to the caller). ``inline``: ``op`` is short (see the module's
     note). Returns whether it has run when this returns."""
-    stream = get_stream(handle)
-    if stream is None:
+    if handle == LEGACY:
         drain_blocking_streams()
         op()
         return True
-    return stream.enqueue(op, inline, deferred)
+    return STREAMS.get(handle).enqueue(op, inline, deferred)
 
 
 def synchronize(handle: int) -> BaseException | None:

@@ -13,18 +13,17 @@ its outputs are then undefined.
 from __future__ import annotations
 
 import ctypes
-import functools
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from pydla.engine import stats
 from pydla.engine.faults import InvalidAddressError, InvalidParamError, TaskTimeoutError
-from pydla.engine.memory import MEMORY
+from pydla.engine.memory import MEMORY, Region
 from pydla.engine.records import ALL_KINDS, Task
 from pydla.engine.status import status_of
 
@@ -57,42 +56,101 @@ class TaskPlan:
     timeout_ms: int
     # The module's run over these buffers, views worked out once (set by the first run).
     runner: Callable[[LayerHook | None], None] | None = field(default=None, repr=False)
+    deadline: Deadline = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.deadline = Deadline(self.module, self.timeout_ms)
+
+
+class Deadline:
+    """The per-layer hook that ends a task past its timeout. One per plan, made once and
+    armed at each run (``arm``): the plan's module lock keeps its runs one at a time."""
+
+    __slots__ = ("module", "timeout_ms", "at")
+
+    def __init__(self, module: DlaModule, timeout_ms: int) -> None:
+        self.module, self.timeout_ms, self.at = module, timeout_ms, 0
+
+    def arm(self, start_ns: int) -> Deadline:
+        self.at = start_ns + self.timeout_ms * 1_000_000
+        return self
+
+    def __call__(self, index: int, layer_start: int, layer_end: int) -> None:
+        if layer_end > self.at:
+            raise TaskTimeoutError(
+                f"task on module {self.module.handle:#x} passed its {self.timeout_ms} ms "
+                f"timeout at layer {index} ({self.module.layer_names[index]!r})")
 
 
 _RECORD = ctypes.sizeof(Task)
 
 
-def _pointers(ptr: int, count: int, what: str) -> tuple[int, ...]:
+class _Read(NamedTuple):
+    """Memory read for a submission: the region that holds it, and the bytes found there."""
+
+    region: Region
+    memory: Any  # a ctypes char array over the range: ``.raw`` reads it (string_at: 10×)
+    data: bytes
+
+    def unchanged(self) -> bool:
+        owner = self.region.buffer()  # held: the memory stays valid while it is read
+        return owner is not None and self.memory.raw == self.data
+
+
+def _read(ptr: int, size: int, reads: list[_Read]) -> bytes:
+    """Bytes [ptr, ptr + size) of memory pydla knows, noted in ``reads``."""
+    region = MEMORY.find(ptr, size, ALL_KINDS)
+    owner = region.buffer()  # held: the memory stays valid while it is read
+    if owner is None:
+        raise InvalidAddressError(f"[{ptr:#x}, {ptr + size:#x}) was released")
+    memory = (ctypes.c_char * size).from_address(ptr)
+    reads.append(_Read(region, memory, memory.raw))
+    return reads[-1].data
+
+
+def _pointers(ptr: int, count: int, what: str, reads: list[_Read]) -> tuple[int, ...]:
     if count == 0:
         return ()
     if ptr == 0:
         raise InvalidAddressError(f"the {what} tensor list is NULL but its count is {count}")
-    return struct.unpack(f"={count}Q", MEMORY.read(ptr, 8 * count, ALL_KINDS))
+    return struct.unpack(f"={count}Q", _read(ptr, 8 * count, reads))
 
 
-@functools.lru_cache(maxsize=64)
-def _fields(record: bytes) -> tuple[int, int, int, int, int, int, int]:
-    """A Task record's fields (a pure function of its bytes: a program submits the same
-    few records again and again)."""
-    rec = Task.from_buffer_copy(record)
-    return (rec._moduleHandle, rec._inputTensor, rec._numInputTensors, rec._outputTensor,
-            rec._numOutputTensors, rec._waitEvents, rec._signalEvents)
+# (ptr_to_tasks, num_tasks) → (MEMORY.generation, the reads, the tasks) of the last read
+# there. A program submits the same records frame after frame: while the memory map is
+# unchanged the ranges read are still memory pydla knows, so reading them again and
+# finding the same bytes — the records and the pointer lists they name, which a program
+# may rewrite in place — gives the same tasks, without parsing them again.
+_LAST_READ: dict[tuple[int, int], tuple[int, tuple[_Read, ...], tuple[RawTask, ...]]] = {}
+_LAST_READ_MAX = 16
 
 
-def read_tasks(ptr: int, count: int) -> list[RawTask]:
-    """Read ``count`` consecutive Task records starting at address ``ptr``."""
+def read_tasks(ptr: int, count: int) -> tuple[RawTask, ...]:
+    """Read ``count`` consecutive Task records starting at address ``ptr``. Records and
+    pointer lists unchanged since the last read at ``ptr`` give the same tuple back."""
+    generation = MEMORY.generation  # read first: a change during the read is not missed
+    hit = _LAST_READ.get((ptr, count))
+    if hit is not None and hit[0] == generation and all(r.unchanged() for r in hit[1]):
+        return hit[2]
     if ptr == 0:
         raise InvalidParamError("ptr_to_tasks is NULL")
     if not 0 < count <= MAX_TASKS:
         raise InvalidParamError(f"num_tasks must be 1 … {MAX_TASKS}, not {count}")
-    data = MEMORY.read(ptr, _RECORD * count, ALL_KINDS)
+    reads: list[_Read] = []
+    data = _read(ptr, _RECORD * count, reads)
     tasks = []
     for i in range(count):
-        module, ins, n_in, outs, n_out, wait, signal = _fields(
-            data[i * _RECORD:(i + 1) * _RECORD])
-        tasks.append(RawTask(module, _pointers(ins, n_in, "input"),
-                             _pointers(outs, n_out, "output"), wait, signal))
-    return tasks
+        rec = Task.from_buffer_copy(data, i * _RECORD)
+        tasks.append(RawTask(rec._moduleHandle,
+                             _pointers(rec._inputTensor, rec._numInputTensors, "input", reads),
+                             _pointers(rec._outputTensor, rec._numOutputTensors, "output",
+                                       reads),
+                             rec._waitEvents, rec._signalEvents))
+    found = tuple(tasks)
+    if len(_LAST_READ) >= _LAST_READ_MAX:
+        _LAST_READ.clear()
+    _LAST_READ[(ptr, count)] = (generation, tuple(reads), found)
+    return found
 
 
 def plan_task(device: DlaDevice, raw: RawTask) -> TaskPlan:
@@ -121,19 +179,28 @@ def plan_task(device: DlaDevice, raw: RawTask) -> TaskPlan:
 
 def execute(plan: TaskPlan) -> None:
     """Run one task to completion (or to its timeout) in the calling thread."""
+    if plan.statistics:
+        _execute_recorded(plan)
+        return
     module = plan.module
-    recorder = stats.Recorder(module.layer_names) if plan.statistics else None
+    with module.lock:
+        run = plan.runner
+        if run is None:
+            run = plan.runner = module.loaded.buffer_runner(plan.inputs, plan.outputs)
+        run(plan.deadline.arm(time.perf_counter_ns()))
+
+
+def _execute_recorded(plan: TaskPlan) -> None:
+    """``execute`` with task statistics: every layer's times, and the task's status."""
+    module = plan.module
+    recorder = stats.Recorder(module.layer_names)
     with module.lock:
         start = time.perf_counter_ns()
-        deadline = start + plan.timeout_ms * 1_000_000
+        timeout = plan.deadline.arm(start)
 
         def on_layer(index: int, layer_start: int, layer_end: int) -> None:
-            if recorder is not None:
-                recorder.layer(index, layer_start, layer_end)
-            if layer_end > deadline:
-                raise TaskTimeoutError(
-                    f"task on module {module.handle:#x} passed its {plan.timeout_ms} ms "
-                    f"timeout at layer {index} ({module.layer_names[index]!r})")
+            recorder.layer(index, layer_start, layer_end)
+            timeout(index, layer_start, layer_end)
 
         error: BaseException | None = None
         try:
@@ -145,7 +212,6 @@ def execute(plan: TaskPlan) -> None:
             error = e
             raise
         finally:
-            if recorder is not None:
-                recorder.start_ns, recorder.end_ns = start, time.perf_counter_ns()
-                for buf in plan.statistics:
-                    recorder.write(buf, status_of(error))
+            recorder.start_ns, recorder.end_ns = start, time.perf_counter_ns()
+            for buf in plan.statistics:
+                recorder.write(buf, status_of(error))

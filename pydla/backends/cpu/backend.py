@@ -223,11 +223,13 @@ class CpuProgram:
 
     def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                 on_layer: LayerHook | None = None) -> None:
+        # ``a[...] = b`` casts as copyto(casting="unsafe") does, without parsing keywords:
+        # a third less for the small tensors whose whole run takes microseconds.
         for view, x in zip(self.input_views, inputs):
-            np.copyto(view, x, casting="unsafe")
+            view[...] = x
         self.run_layers(on_layer)
         for view, y in zip(self.output_views, outputs):
-            np.copyto(y, view, casting="unsafe")
+            y[...] = view
 
     def run_layers(self, on_layer: LayerHook | None = None) -> None:
         # numba's count is per calling thread and global to it: set at every run, as a

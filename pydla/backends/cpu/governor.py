@@ -94,6 +94,11 @@ class Governor:
         self.current = 0  # index into counts
         # ns, runs at counts[current]: steady runs (False) and settling runs (True) apart
         self.windows = {False: deque(maxlen=WINDOW), True: deque(maxlen=WINDOW)}
+        # typical_ns's answer for each kind: the median ``end`` works out anyway (of the
+        # runs before the latest), read at every task submission. Kept across a switch:
+        # the last count's times stand in until the new count has its own, so a short
+        # program is not taken for a long one (and handed to a stream's worker) meanwhile.
+        self._typical: dict[bool, float | None] = {False: None, True: None}
         self.kinds: deque[bool] = deque(maxlen=HISTORY)  # recent runs: settling or not
         self._settling_runs = 0  # how many of ``kinds`` are settling runs
         self.interval = MIN_INTERVAL
@@ -126,14 +131,14 @@ class Governor:
         return self.counts[self.current]
 
     def typical_ns(self) -> int | None:
-        """The median of the recent runs at the current count (None before three runs):
-        of the kind judged now, else of the other kind — a program run again after a gap
-        has settling runs to judge only after three of them, and is no slower meanwhile."""
-        judged = self._judged()
-        for window in (self.windows[judged], self.windows[not judged]):
-            if len(window) >= 3:
-                return int(_median(window))
-        return None
+        """The median of the recent runs (None before four runs): of the kind judged now,
+        else of the other kind — a program run again after a gap has settling runs to judge
+        only after a few of them, and is no slower meanwhile."""
+        judged = 2 * self._settling_runs > len(self.kinds)  # _judged(), inlined: hot
+        typical = self._typical[judged]
+        if typical is None:
+            typical = self._typical[not judged]
+        return None if typical is None else int(typical)
 
     def describe(self) -> str:
         """The runs by thread count, for a benchmark's report: "2 threads (adaptive: 1 in 3 %
@@ -184,9 +189,14 @@ class Governor:
                 self.until_probe = self.interval
             return
         window = self.windows[kind]
-        usual = _median(window) if len(window) >= 3 else None
+        if len(window) == WINDOW:  # the usual case, without _median's call (WINDOW is odd)
+            usual: float | None = sorted(window)[WINDOW // 2]
+        else:
+            usual = _median(window) if len(window) >= 3 else None
+        if usual is not None:
+            self._typical[kind] = usual
         window.append(elapsed_ns)
-        if kind != self._judged():
+        if kind != (2 * self._settling_runs > len(self.kinds)):  # _judged(), inlined: hot
             return
         self.until_probe -= 1
         if usual is not None and elapsed_ns > OVERRUN * usual:
