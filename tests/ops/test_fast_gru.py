@@ -161,7 +161,7 @@ def test_sequence_lengths_run_fused(monkeypatch: pytest.MonkeyPatch, direction: 
     attrs = {"linear_before_reset": before} if op == "GRU" else {}
     model, feeds = _model(op, direction, batch=5, lens=True, initial=True, **attrs)
     module = _check(model, feeds)  # every length is the sequence's
-    for lens in ([6, 3, 1, 6, 2], [0, 3, 1, 6, 2], [2, 1, 2, 0, 1]):
+    for lens in ([6, 3, 1, 6, 2], [0, 3, 1, 6, 2], [2, 1, 2, 0, 1], [0, 0, 0, 0, 0]):
         feeds["lens"] = np.array(lens, np.int32)
         assert_close(module.run(feeds), run_ort(model, feeds), rtol=1e-4, atol=2e-5)
 

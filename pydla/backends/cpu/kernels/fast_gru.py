@@ -284,14 +284,18 @@ def _bind(spec: LayerSpec, parallel: bool) -> RunFn:
         fallback = None if reference is None else prebind(reference, ins, outs)
 
         def step() -> None:
+            rows = None
             if fallback is not None and lens is not None:
                 np.copyto(lengths, lens, casting="unsafe")
-                if lengths.min() < 0 or lengths.max() > steps:
+                longest = int(lengths.max()) if batch else 0
+                if lengths.min() < 0 or longest > steps:
                     fallback()
                     return
+                if layout == 0:  # step-major rows: the steps past the longest are not read
+                    rows = longest * batch
             if not constant:
                 prepare()
-            proj.load(src)
+            proj.load(src, rows)
             run()
 
         return step

@@ -168,12 +168,14 @@ def padded_product(batch: int, k: int, src: np.ndarray, src_at: int, lds: int,
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=FASTMATH_REDUCE)
 def input_gates(t: int, xp: np.ndarray, wp: np.ndarray, edge: np.ndarray, g: np.ndarray,
-                m: int, k: int, n: int, nthreads: int) -> None:
-    """Thread t's part of G (m × n) = X (m × k) · Wᵀ (fork.fork_call). xp: X in rows
+                live: np.ndarray, k: int, n: int, nthreads: int) -> None:
+    """Thread t's part of G (m × n) = X (m × k) · Wᵀ (fork.fork_call), m = live[0] the
+    rows needed this run (InputProjection.load). xp: X in rows
     padded to whole panels of MR; wp: Wᵀ packed (pack_b); edge (threads, MR·NR) the
     micro-kernel's scratch for ragged blocks. The threads split G's columns where there
     are strips for each (each streams its own part of W), else its rows: madmom's GRUs
     have 3 strips, which two threads split 2:1."""
+    m = live[0]
     strips = -(-n // NR)
     if strips >= 2 * nthreads or nthreads == 1:
         per = -(-strips // nthreads)
@@ -205,6 +207,7 @@ class InputProjection:
         self.xp = aligned_zeros((-(-rows // MR) * MR, size))
         self.wp = aligned_zeros(packed_b_size(size, gates))
         self.edge = np.zeros((nthreads, MR * NR), np.float32)
+        self.live = np.array([rows], np.int64)  # the rows of this run (load)
 
     def pack(self, w: np.ndarray) -> None:
         """Take W (directions, gates per direction, size) for the next runs."""
@@ -214,12 +217,15 @@ class InputProjection:
     def thunk(self) -> Thunk:
         """The product into ``g``, on the pool where it pays (FORK_MIN_MACS)."""
         return fork_call(input_gates, self.threads, self.xp, self.wp, self.edge,
-                            self.g.reshape(-1), self.rows, self.size, self.gates,
+                            self.g.reshape(-1), self.live, self.size, self.gates,
                             self.threads)
 
-    def load(self, x: np.ndarray) -> None:
-        """X is read where it lies at every run."""
-        np.copyto(self.xp[:self.rows], x.reshape(self.rows, self.size))
+    def load(self, x: np.ndarray, rows: int | None = None) -> None:
+        """X is read where it lies at every run; only its first ``rows`` rows (the steps
+        that sequence lengths leave, step-major) where given."""
+        rows = self.rows if rows is None else rows
+        self.live[0] = rows
+        np.copyto(self.xp[:rows], x.reshape(self.rows, self.size)[:rows])
 
 
 def applies(spec: LayerSpec, defaults: Sequence[str], layouts: Sequence[int],
