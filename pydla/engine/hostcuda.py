@@ -106,7 +106,7 @@ def _endpoint(x: Any, count: int, writable: bool) -> tuple[np.ndarray, bool]:
     """A copy's side as (uint8 view of ``count`` bytes, whether it is device memory). A
     buffer object is viewed afresh at every copy: a view kept between copies would keep
     the caller's buffer alive, or outlive a resize of it."""
-    addr = address(x)
+    addr = None if type(x) is np.ndarray else address(x)
     if addr is not None:
         return MEMORY.tensor_view(addr, count)
     data = as_bytes(x, writable)

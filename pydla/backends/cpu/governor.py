@@ -99,6 +99,7 @@ class Governor:
         # the last count's times stand in until the new count has its own, so a short
         # program is not taken for a long one (and handed to a stream's worker) meanwhile.
         self._typical: dict[bool, float | None] = {False: None, True: None}
+        self._fresh = {False: 0, True: 0}  # runs the typical median may still stand for
         self.kinds: deque[bool] = deque(maxlen=HISTORY)  # recent runs: settling or not
         self._settling_runs = 0  # how many of ``kinds`` are settling runs
         self.interval = MIN_INTERVAL
@@ -157,16 +158,20 @@ class Governor:
     def begin(self) -> int:
         """The thread count for the run about to start."""
         now = self._started = self._clock()
-        if self._last_end is not None and now - self._last_end > GAP_NS:
+        last_end = self._last_end
+        if last_end is not None and now - last_end > GAP_NS:
             self._settle_until = now + SETTLE_NS
-        self._settling = now < self._settle_until
-        if self.probe is None and self.until_probe <= 0 and len(self.counts) > 1 and \
-                self._settling == self._judged():
-            self.probe = self._neighbour()
-            self.probe_times = []
-            self.probe_tries = 0
-        self._running = self.current if self.probe is None else self.probe
-        count = self.counts[self._running]
+        settling = self._settling = now < self._settle_until
+        probe = self.probe
+        if probe is None:
+            if self.until_probe <= 0 and len(self.counts) > 1 and settling == self._judged():
+                probe = self.probe = self._neighbour()
+                self.probe_times = []
+                self.probe_tries = 0
+            else:
+                probe = self.current
+        self._running = probe
+        count = self.counts[probe]
         self.runs[count] += 1
         return count
 
@@ -174,10 +179,12 @@ class Governor:
         """The run started by ``begin`` took ``elapsed_ns``."""
         self._last_end = self._started + elapsed_ns
         kind = self._settling
-        if len(self.kinds) == HISTORY:
-            self._settling_runs -= self.kinds[0]
-        self.kinds.append(kind)
-        self._settling_runs += kind
+        kinds = self.kinds
+        settling_runs = self._settling_runs
+        if len(kinds) == HISTORY:
+            settling_runs -= kinds[0]
+        kinds.append(kind)
+        self._settling_runs = settling_runs + kind
         if self.probe is not None and self._running == self.probe:
             self.probe_tries += 1
             if kind == self._judged():
@@ -189,10 +196,17 @@ class Governor:
                 self.until_probe = self.interval
             return
         window = self.windows[kind]
-        if len(window) == WINDOW:  # the usual case, without _median's call (WINDOW is odd)
-            usual: float | None = sorted(window)[WINDOW // 2]
-        else:
+        if len(window) < WINDOW:
             usual = _median(window) if len(window) >= 3 else None
+            self._fresh[kind] = 0
+        elif self._fresh[kind] > 0:
+            # a full window's median, worked out at most WINDOW // 2 runs ago: a program
+            # of microseconds is not charged a sort at every run for it
+            usual = self._typical[kind]
+            self._fresh[kind] -= 1
+        else:
+            usual = sorted(window)[WINDOW // 2]  # WINDOW is odd
+            self._fresh[kind] = WINDOW // 2
         if usual is not None:
             self._typical[kind] = usual
         window.append(elapsed_ns)
@@ -220,6 +234,7 @@ class Governor:
             judged = self._judged()
             self.windows[judged] = deque(self.probe_times, maxlen=WINDOW)
             self.windows[not judged] = deque(maxlen=WINDOW)
+            self._fresh = {False: 0, True: 0}  # new windows: medians of their own
             self.interval = MIN_INTERVAL
             self.switches += 1
             # confirm soon, looking back the way it came: a passing disturbance reverts in
