@@ -127,7 +127,7 @@ def read_tasks(ptr: int, count: int) -> tuple[RawTask, ...]:
     generation = MEMORY.generation  # read first: a change during the read is not missed
     hit = _LAST_READ.get((ptr, count))
     if hit is not None and hit[0] == generation:
-        for read in hit[1]:  # _Read.unchanged, inlined: every submission runs it
+        for read in hit[1]:  # the same bytes where they were read (inline: every submit)
             owner = read.region.buffer()  # held: the memory stays valid while it is read
             if owner is None or read.memory.raw != read.data:
                 break
