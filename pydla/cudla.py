@@ -110,9 +110,12 @@ class _Funnel:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: object) -> bool:
-        if isinstance(error, (PydlaError, FormatError, MemoryError)):
+        if isinstance(error, _FUNNELED):
             raise CudlaError(status_of(error)) from error
         return False
+
+
+_FUNNELED = (PydlaError, FormatError, MemoryError)  # the errors that become a Status
 
 
 _FUNNEL = _Funnel()
@@ -238,11 +241,14 @@ def submit_task(dev_handle: int, ptr_to_tasks: int, num_tasks: int, stream: int,
     """Run ``num_tasks`` Task records starting at address ``ptr_to_tasks`` (``int(task)``),
     in order, on ``stream``: 0 runs them before returning, another stream handle queues
     them behind that stream's work."""
-    with _FUNNEL:
-        dev = _device(dev_handle)
+    # _funnel() as a try statement, free when nothing fails: a program calls this per frame
+    try:
+        dev = DEVICES.get(operator.index(dev_handle))
         ptr, count = operator.index(ptr_to_tasks), operator.index(num_tasks)
         stream, flags = _stream_handle(stream), operator.index(flags)
         dev.submit(read_tasks(ptr, count), stream, flags)
+    except _FUNNELED as e:
+        raise CudlaError(status_of(e)) from e
 
 
 def _stream_handle(stream: Any) -> int:
