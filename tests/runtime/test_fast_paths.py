@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pydla import cudla, driver, runtime
+from pydla.backends.cpu.governor import Governor
 from pydla.engine.memory import MEMORY
 from pydla.engine.task import read_tasks
 from tests.runtime.conftest import Setup, check, expected, inputs
@@ -137,3 +138,19 @@ def test_a_released_task_record_is_refused() -> None:
     with pytest.raises(Exception) as info:
         read_tasks(address, 1)
     assert "InvalidAddress" in type(info.value).__name__
+
+
+def test_the_typical_run_time_is_known_from_the_third_run_and_across_switches() -> None:
+    # is_short reads it at every submission: None would hand a short task to the stream's
+    # worker thread (a wake-up costs more than the task)
+    now = [0]
+    gov = Governor(2, clock=lambda: now[0])
+    seen = []
+    for _ in range(200):
+        count = gov.begin()
+        now[0] += 10_000  # runs back to back: no idle gap
+        gov.end(9_000 if count == 2 else 6_000)  # a busy neighbour: one thread is faster
+        seen.append(gov.typical_ns())
+    assert gov.switches >= 1 and gov.threads == 1
+    assert seen[:2] == [None, None] and all(t is not None for t in seen[2:])
+    assert seen[-1] == 6_000

@@ -94,10 +94,11 @@ class Governor:
         self.current = 0  # index into counts
         # ns, runs at counts[current]: steady runs (False) and settling runs (True) apart
         self.windows = {False: deque(maxlen=WINDOW), True: deque(maxlen=WINDOW)}
-        # typical_ns's answer for each kind: the median ``end`` works out anyway (of the
-        # runs before the latest), read at every task submission. Kept across a switch:
-        # the last count's times stand in until the new count has its own, so a short
-        # program is not taken for a long one (and handed to a stream's worker) meanwhile.
+        # typical_ns's answer for each kind: the median ``end`` works out anyway (once the
+        # window is full, of the runs before the latest), read at every task submission.
+        # Kept across a switch: the last count's times stand in until the new count has its
+        # own, so a short program is not taken for a long one (and handed to a stream's
+        # worker) meanwhile.
         self._typical: dict[bool, float | None] = {False: None, True: None}
         self._fresh = {False: 0, True: 0}  # runs the typical median may still stand for
         self.kinds: deque[bool] = deque(maxlen=HISTORY)  # recent runs: settling or not
@@ -132,7 +133,7 @@ class Governor:
         return self.counts[self.current]
 
     def typical_ns(self) -> int | None:
-        """The median of the recent runs (None before four runs): of the kind judged now,
+        """The median of the recent runs (None before three runs): of the kind judged now,
         else of the other kind — a program run again after a gap has settling runs to judge
         only after a few of them, and is no slower meanwhile."""
         judged = 2 * self._settling_runs > len(self.kinds)  # _judged(), inlined: hot
@@ -196,20 +197,22 @@ class Governor:
                 self.until_probe = self.interval
             return
         window = self.windows[kind]
-        if len(window) < WINDOW:
+        if len(window) < WINDOW:  # filling: typical from three runs on, as soon as may be
             usual = _median(window) if len(window) >= 3 else None
+            window.append(elapsed_ns)
+            if len(window) >= 3:
+                self._typical[kind] = _median(window)
             self._fresh[kind] = 0
-        elif self._fresh[kind] > 0:
-            # a full window's median, worked out at most WINDOW // 2 runs ago: a program
-            # of microseconds is not charged a sort at every run for it
-            usual = self._typical[kind]
-            self._fresh[kind] -= 1
         else:
-            usual = sorted(window)[WINDOW // 2]  # WINDOW is odd
-            self._fresh[kind] = WINDOW // 2
-        if usual is not None:
-            self._typical[kind] = usual
-        window.append(elapsed_ns)
+            if self._fresh[kind] > 0:
+                # a full window's median, worked out at most WINDOW // 2 runs ago: a
+                # program of microseconds is not charged a sort at every run for it
+                usual = self._typical[kind]
+                self._fresh[kind] -= 1
+            else:
+                usual = self._typical[kind] = sorted(window)[WINDOW // 2]  # WINDOW is odd
+                self._fresh[kind] = WINDOW // 2
+            window.append(elapsed_ns)
         if kind != (2 * self._settling_runs > len(self.kinds)):  # _judged(), inlined: hot
             return
         self.until_probe -= 1
